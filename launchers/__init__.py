@@ -1,0 +1,1 @@
+"""How to run one configuration and measure it. Launchers never import Ray."""

@@ -1,0 +1,155 @@
+"""Failures are values: a FailureKind read from the server's own log text and exit code.
+
+The patterns are SGLang's and NCCL's exact texts (shared/reference/sglang.md, nccl.md).
+Order matters: the first match wins, most specific first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class FailureKind(str, Enum):
+    INVALID_CONFIG = "invalid_config"
+    PORT_BUSY = "port_busy"
+    GPU_BUSY = "gpu_busy"
+    GRAPH_CAPTURE = "graph_capture"
+    NCCL_INVALID_USAGE = "nccl_invalid_usage"
+    NCCL_ERROR = "nccl_error"
+    KV_POOL_OOM = "kv_pool_oom"
+    CUDA_OOM = "cuda_oom"
+    WATCHDOG_HANG = "watchdog_hang"
+    SCHEDULER_DIED = "scheduler_died"
+    STARTUP_TIMEOUT = "startup_timeout"
+    CRASHED = "crashed"
+    CRASHED_MID_BENCHMARK = "crashed_mid_benchmark"
+    BENCHMARK_HANG = "benchmark_hang"
+    WRONG_RESULT = "wrong_result"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# (kind, pattern) in priority order. Graph capture comes before NCCL: a capture killed by an
+# NCCL enqueue error is reported by SGLang as a capture failure, and that is what to fix.
+_SIGNATURES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern, re.IGNORECASE if ci else 0))
+    for kind, pattern, ci in [
+        (FailureKind.GRAPH_CAPTURE, r"Capture (?:prefill )?cuda graph failed", True),
+        (FailureKind.GRAPH_CAPTURE, r"operation not permitted when stream is capturing", True),
+        (FailureKind.GRAPH_CAPTURE, r"cudaErrorStreamCaptureInvalidated", False),
+        (FailureKind.NCCL_INVALID_USAGE, r"No algorithm/protocol available for function", False),
+        (FailureKind.NCCL_INVALID_USAGE, r"ncclInvalidUsage|invalid usage", False),
+        (FailureKind.NCCL_INVALID_USAGE, r"Unrecognized element token", False),
+        (FailureKind.NCCL_ERROR, r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
+                                 r"|ncclRemoteError|DistBackendError", False),
+        (FailureKind.KV_POOL_OOM, r"Not enough memory\. Please try to increase --mem-fraction-static",
+         False),
+        (FailureKind.CUDA_OOM, r"torch\.OutOfMemoryError|CUDA out of memory|torch\.cuda\.OutOfMemoryError",
+         False),
+        (FailureKind.WATCHDOG_HANG, r"watchdog timeout \(self\.watchdog_timeout=", False),
+        (FailureKind.SCHEDULER_DIED, r"scheduler died during initialization", True),
+        (FailureKind.SCHEDULER_DIED, r"Received sigquit from a child process|SIGQUIT received", False),
+        (FailureKind.PORT_BUSY, r"Port is already in use|is not available in \d+ seconds"
+                                r"|address already in use|\[Errno 98\]", True),
+    ]
+)
+
+_SCHEDULER_EXIT = re.compile(r"scheduler died during initialization \(exit code: (-?\d+)\)", re.I)
+
+
+def classify(log_text: str, returncode: int | None) -> FailureKind:
+    """The kind of a server failure from its log text and exit code (None: still running)."""
+    for kind, pattern in _SIGNATURES:
+        if pattern.search(log_text):
+            return kind
+    return FailureKind.CRASHED
+
+
+def hint(kind: FailureKind, log_text: str, returncode: int | None) -> str:
+    """A short, actionable explanation where the text allows one."""
+    if kind is FailureKind.SCHEDULER_DIED:
+        match = _SCHEDULER_EXIT.search(log_text)
+        code = int(match.group(1)) if match else returncode
+        if code == -9:
+            return "exit code -9: likely killed by the host OOM killer"
+    if kind is FailureKind.GRAPH_CAPTURE and "No algorithm/protocol available" in log_text:
+        return "NCCL rejected a collective inside capture: a global NCCL_ALGO? use allreduce:<algo>"
+    if kind is FailureKind.KV_POOL_OOM:
+        return "increase --mem-fraction-static"
+    if kind is FailureKind.CRASHED and returncode is not None and returncode == -9:
+        return "exit code -9: killed (OOM killer or an external kill)"
+    return ""
+
+
+@dataclass
+class Failure:
+    """What went wrong in a trial: its kind, a one-line message, the exit code and log tail."""
+
+    kind: FailureKind
+    message: str
+    returncode: int | None = None
+    log_tail: str = ""
+    hint: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["kind"] = self.kind.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Failure:
+        return cls(**{**data, "kind": FailureKind(data["kind"])})
+
+    @classmethod
+    def from_log(cls, log_text: str, returncode: int | None, message: str = "",
+                 tail_lines: int = 40) -> Failure:
+        kind = classify(log_text, returncode)
+        tail = "\n".join(log_text.splitlines()[-tail_lines:])
+        first = message or _first_error_line(log_text) or f"exited with code {returncode}"
+        return cls(kind, first, returncode, tail, hint(kind, log_text, returncode))
+
+
+def _first_error_line(log_text: str) -> str:
+    for kind, pattern in _SIGNATURES:
+        for line in log_text.splitlines():
+            if pattern.search(line):
+                return line.strip()[:300]
+        del kind
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+class TrialFailed(Exception):
+    """Raised inside a trial; Ray records it, servetune's recorder reads the Failure back."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(f"[{failure.kind.value}] {failure.message}")
+        self.failure = failure
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.failure.to_json(),))
+
+
+def _rebuild(data: dict[str, Any]) -> TrialFailed:
+    return TrialFailed(Failure.from_json(data))
+
+
+_KIND_IN_TEXT = re.compile(r"TrialFailed: \[([a-z_]+)\] (.*)")
+
+
+def failure_from_error_text(text: str) -> Failure:
+    """Recover a Failure from Ray's error text (error.txt) when the pickle is unavailable."""
+    match = _KIND_IN_TEXT.search(text)
+    if match:
+        try:
+            return Failure(FailureKind(match.group(1)), match.group(2).strip(), log_tail=text[-4000:])
+        except ValueError:
+            pass
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return Failure(FailureKind.CRASHED, lines[-1][:300] if lines else "trial errored",
+                   log_tail=text[-4000:])

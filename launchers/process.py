@@ -1,0 +1,275 @@
+"""Server process trees: spawn with a marker, log to a file, wait for readiness, stop, reap.
+
+Every process servetune starts carries ``SERVETUNE_TRIAL=<experiment>/<trial>`` and
+``SERVETUNE_OWNER=<pid of the process that started it>`` in its environment. Processes are
+found again by that marker (in /proc/PID/environ) and killed by tree, never by name: Ray's
+own cleanup misses grandchildren in a new session and everything after a driver crash
+(shared/reference/ray-tune.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from launchers.failures import Failure, FailureKind, TrialFailed
+
+MARKER_ENV = "SERVETUNE_TRIAL"
+OWNER_ENV = "SERVETUNE_OWNER"
+LOCALHOST = "127.0.0.1"
+
+
+def marker_value(experiment: str, trial: str) -> str:
+    return f"{experiment}/{trial}"
+
+
+def check_env_values(env: Mapping[str, str]) -> None:
+    """Env values with a newline or NUL are refused: they could forge lines or truncate."""
+    for key, value in env.items():
+        if "\n" in value or "\x00" in value or "\r" in value:
+            raise ValueError(f"environment value for {key} contains a newline or NUL")
+        if not key or "=" in key or "\x00" in key:
+            raise ValueError(f"invalid environment variable name {key!r}")
+
+
+# ---------------------------------------------------------------- finding marked processes
+
+
+@dataclass(frozen=True)
+class Marked:
+    pid: int
+    marker: str
+    owner: int | None
+    cmdline: str
+
+
+def _protected_pids() -> set[int]:
+    """This process and its ancestors: never killed by a reap."""
+    pids = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        pids.update(p.pid for p in psutil.Process().parents())
+    return pids
+
+
+def marked_processes(prefix: str = "") -> list[Marked]:
+    """Live processes whose marker starts with ``prefix`` (all marked ones for "")."""
+    found = []
+    protected = _protected_pids()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid in protected:
+            continue
+        try:
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        value = env.get(MARKER_ENV)
+        if value is None or not value.startswith(prefix):
+            continue
+        owner = env.get(OWNER_ENV)
+        try:
+            cmd = " ".join(proc.cmdline())[:120]
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.Error, OSError):
+            continue
+        found.append(Marked(proc.pid, value, int(owner) if owner and owner.isdigit() else None, cmd))
+    return found
+
+
+def _owner_alive(owner: int | None) -> bool:
+    if owner is None:
+        return False
+    try:
+        return psutil.Process(owner).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def leftovers(prefix: str, keep: str | None = None) -> list[Marked]:
+    """Marked processes that nobody owns any more: the owner is dead, or it is this process
+    (an earlier trial of a reused Ray actor). ``keep`` names a marker that is never a leftover."""
+    me = os.getpid()
+    return [m for m in marked_processes(prefix)
+            if m.marker != keep and (m.owner == me or not _owner_alive(m.owner))]
+
+
+# ---------------------------------------------------------------- killing trees
+
+
+def kill_processes(pids: Iterable[int], grace: float) -> list[int]:
+    """SIGTERM every process and its descendants, wait ``grace`` s, SIGKILL the rest.
+
+    Returns the pids that were still alive at the start (and so were signalled)."""
+    procs: dict[int, psutil.Process] = {}
+    protected = _protected_pids()
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for p in [root, *root.children(recursive=True)]:
+                if p.pid not in protected:
+                    procs[p.pid] = p
+        except psutil.Error:
+            continue
+    alive = list(procs.values())
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGTERM)
+    _gone, alive = psutil.wait_procs(alive, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
+    return sorted(procs)
+
+
+def reap(prefix: str, keep: str | None = None, grace: float = 3.0) -> list[int]:
+    """Kill leftover marked process trees under ``prefix``; returns the pids killed."""
+    found = leftovers(prefix, keep)
+    return kill_processes((m.pid for m in found), grace) if found else []
+
+
+def reap_all(prefix: str, grace: float = 3.0) -> list[int]:
+    """Kill every marked process under ``prefix``, owned or not (end of an experiment)."""
+    found = marked_processes(prefix)
+    return kill_processes((m.pid for m in found), grace) if found else []
+
+
+# ---------------------------------------------------------------- ports
+
+
+def port_is_free(port: int, host: str = LOCALHOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = LOCALHOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port_free(port: int, timeout: float, host: str = LOCALHOST) -> bool:
+    deadline = time.monotonic() + timeout
+    while not port_is_free(port, host):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+# ---------------------------------------------------------------- one server tree
+
+
+@dataclass(frozen=True)
+class StopReport:
+    seconds: float
+    signalled: list[int]
+    port_free: bool
+
+
+class ServerProcess:
+    """A started process tree that owns its log file; a context manager that always stops it."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], log_path: Path, marker: str,
+                 port: int | None, host: str) -> None:
+        self.popen = popen
+        self.log_path = log_path
+        self.marker = marker
+        self.port = port
+        self.host = host
+        self.started = time.monotonic()
+        self.ready_at: float | None = None
+        self._stopped: StopReport | None = None
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], env: Mapping[str, str], log_path: Path, marker: str,
+              port: int | None = None, host: str = LOCALHOST, cwd: Path | None = None
+              ) -> ServerProcess:
+        """Start ``argv`` (no shell) with exactly ``env`` plus the marker; output to ``log_path``.
+
+        The process stays in the caller's process group, so a Ray stop that signals the
+        worker's group reaches it too."""
+        full_env = {**env, MARKER_ENV: marker, OWNER_ENV: str(os.getpid())}
+        check_env_values(full_env)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(list(argv), env=full_env, stdout=log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     cwd=cwd, close_fds=True)
+        return cls(popen, log_path, marker, port, host)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def log_text(self, max_bytes: int = 1 << 20) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def failure(self, message: str = "", kind: FailureKind | None = None) -> Failure:
+        """A Failure from the current log and exit code (classified unless ``kind`` given)."""
+        failure = Failure.from_log(self.log_text(), self.poll(), message)
+        if kind is not None:
+            failure.kind = kind
+        return failure
+
+    def wait_ready(self, probe: Callable[[], bool], timeout: float, interval: float = 0.05
+                   ) -> float:
+        """Poll ``probe`` until it is true; a dead or silent server raises TrialFailed."""
+        deadline = self.started + timeout
+        while True:
+            code = self.poll()
+            if code is not None:
+                raise TrialFailed(self.failure())
+            if probe():
+                self.ready_at = time.monotonic()
+                return self.ready_at - self.started
+            if time.monotonic() > deadline:
+                raise TrialFailed(self.failure(
+                    f"not ready after {timeout:.0f} s (still running, no readiness)",
+                    FailureKind.STARTUP_TIMEOUT))
+            time.sleep(interval)
+
+    def stop(self, grace: float = 10.0, port_timeout: float = 10.0) -> StopReport:
+        """TERM the whole tree (and anything with this marker), wait ``grace``, then KILL."""
+        if self._stopped is not None:
+            return self._stopped
+        began = time.monotonic()
+        roots = [self.pid, *(m.pid for m in marked_processes(self.marker) if m.marker == self.marker)]
+        signalled = kill_processes(roots, grace)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+        port_free = True
+        if self.port is not None:
+            port_free = wait_port_free(self.port, port_timeout, self.host)
+        self._stopped = StopReport(time.monotonic() - began, signalled, port_free)
+        return self._stopped
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

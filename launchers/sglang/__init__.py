@@ -1,0 +1,1 @@
+"""The production workload: an SGLang server driven over HTTP."""
