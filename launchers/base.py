@@ -31,6 +31,7 @@ class TrialContext:
     trial_id: str
     trial_dir: Path
     gpu_ids: tuple[str, ...] = ()  # as Ray assigned them (CUDA_VISIBLE_DEVICES entries)
+    port: int | None = None  # the port this trial's server listens on (resolved by the trial)
     seed: int = 0
 
     @property
