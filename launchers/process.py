@@ -60,8 +60,8 @@ def _protected_pids() -> set[int]:
     return pids
 
 
-def marked_processes(prefix: str = "") -> list[Marked]:
-    """Live processes whose marker starts with ``prefix`` (all marked ones for "")."""
+def marked_processes(prefix: str = "", exact: bool = False) -> list[Marked]:
+    """Live processes whose marker starts with ``prefix`` (or equals it when ``exact``)."""
     found = []
     protected = _protected_pids()
     for proc in psutil.process_iter(["pid"]):
@@ -72,7 +72,7 @@ def marked_processes(prefix: str = "") -> list[Marked]:
         except (psutil.Error, OSError):
             continue
         value = env.get(MARKER_ENV)
-        if value is None or not value.startswith(prefix):
+        if value is None or not (value == prefix if exact else value.startswith(prefix)):
             continue
         owner = env.get(OWNER_ENV)
         try:
@@ -137,9 +137,9 @@ def reap(prefix: str, keep: str | None = None, grace: float = 3.0) -> list[int]:
     return kill_processes((m.pid for m in found), grace) if found else []
 
 
-def reap_all(prefix: str, grace: float = 3.0) -> list[int]:
-    """Kill every marked process under ``prefix``, owned or not (end of an experiment)."""
-    found = marked_processes(prefix)
+def reap_all(prefix: str, grace: float = 3.0, exact: bool = False) -> list[int]:
+    """Kill every marked process under ``prefix``, owned or not (end of a trial/experiment)."""
+    found = marked_processes(prefix, exact)
     return kill_processes((m.pid for m in found), grace) if found else []
 
 
@@ -258,7 +258,7 @@ class ServerProcess:
         if self._stopped is not None:
             return self._stopped
         began = time.monotonic()
-        roots = [self.pid, *(m.pid for m in marked_processes(self.marker) if m.marker == self.marker)]
+        roots = [self.pid, *(m.pid for m in marked_processes(self.marker, exact=True))]
         signalled = kill_processes(roots, grace)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=5)

@@ -1,0 +1,125 @@
+"""The driver-side record of an experiment: every trial event appended to results.jsonl the
+moment Ray reports it, and results.csv rewritten whenever a trial ends. Nothing measured is
+lost when the driver is interrupted: the journal is flushed line by line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from launchers.failures import Failure, FailureKind, TrialFailed, failure_from_error_text
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+
+log = logging.getLogger(__name__)
+
+JOURNAL = "results.jsonl"
+REJECTED = "rejected.jsonl"
+
+# Keys Ray adds to every result; the journal keeps only what servetune measured.
+RAY_KEYS = frozenset({
+    "timestamp", "checkpoint_dir_name", "done", "training_iteration", "trial_id", "date",
+    "time_this_iter_s", "time_total_s", "time_since_restore", "iterations_since_restore",
+    "config", "experiment_tag", "should_checkpoint", "node_ip",
+})
+
+
+def append_jsonl(path: Path, entry: Mapping[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(entry, default=str) + "\n")
+        f.flush()
+
+
+def trial_failure(trial: Trial) -> Failure:
+    """The Failure a trial raised (TrialFailed pickled by Ray), else from Ray's error text."""
+    try:
+        error = trial.get_pickled_error()
+    except Exception:  # an unpicklable or missing error file
+        error = None
+    if isinstance(error, TrialFailed):
+        return error.failure
+    cause = getattr(error, "cause", None) or getattr(error, "__cause__", None)
+    if isinstance(cause, TrialFailed):
+        return cause.failure
+    text = ""
+    try:
+        text = str(trial.get_error() or "")
+    except Exception:
+        pass
+    if not text and error is not None:
+        text = str(error)
+    return failure_from_error_text(text) if text else Failure(FailureKind.CRASHED, "trial errored")
+
+
+class Recorder(Callback):
+    """Journal + results.csv + failure feed for the searcher."""
+
+    def __init__(self, out_dir: Path, on_table: Callable[[], None],
+                 on_outcome: Callable[[str, dict[str, Any], str | None], None] | None = None,
+                 stage_of: Callable[[str], str | None] | None = None) -> None:
+        self.out_dir = out_dir
+        self.journal = out_dir / JOURNAL
+        self.on_table = on_table
+        self.on_outcome = on_outcome
+        self.stage_of = stage_of
+        self.order = self._next_order()
+
+    def _next_order(self) -> int:
+        if not self.journal.exists():
+            return 0
+        orders = [e.get("order", -1) for e in read_journal(self.journal) if e["event"] == "start"]
+        return max(orders, default=-1) + 1
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        append_jsonl(self.journal, {"time": time.time(), **entry})
+
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+                       ) -> None:
+        stage = self.stage_of(trial.trial_id) if self.stage_of else None
+        self._write({"event": "start", "trial_id": trial.trial_id, "order": self.order,
+                     "config": trial.config, "stage": stage, "dir": trial.storage.trial_fs_path
+                     if trial.storage else None})
+        self.order += 1
+
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,
+                        result: dict[str, Any], **info: Any) -> None:
+        metrics = {k: v for k, v in result.items() if k not in RAY_KEYS}
+        self._write({"event": "result", "trial_id": trial.trial_id, **metrics})
+
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+                          ) -> None:
+        self._write({"event": "end", "trial_id": trial.trial_id, "status": "ok"})
+        if self.on_outcome:
+            self.on_outcome(trial.trial_id, dict(trial.config), None)
+        self.on_table()
+
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+                       ) -> None:
+        failure = trial_failure(trial)
+        self._write({"event": "end", "trial_id": trial.trial_id, "status": "failed",
+                     "failure": failure.to_json()})
+        if self.on_outcome:
+            self.on_outcome(trial.trial_id, dict(trial.config), failure.kind.value)
+        self.on_table()
+
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        self.on_table()
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a journal (a line cut by a crash is skipped)."""
+    entries = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries

@@ -1,0 +1,172 @@
+"""Results: the journal -> one row per trial (pandas), the best config, exports, the summary."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from search_spaces.knobs import CATALOGUE
+
+from tuner.recorder import JOURNAL, read_journal
+
+RESULTS_CSV = "results.csv"
+BEST_JSON = "best.json"
+BEST_DIR = "best"
+_LAST_ONLY = ("nccl_", "ready_s")  # columns that are per trial, not per round
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    mode: str  # "max" | "min"
+    rounds: int
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.mode == "max" else a < b
+
+    def speedup(self, score: float, baseline: float) -> float:
+        if not baseline or not score:
+            return math.nan
+        return score / baseline if self.mode == "max" else baseline / score
+
+
+def _mean(values: list[Any]) -> float | None:
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return sum(nums) / len(nums) if nums else None
+
+
+def collect(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Per trial (launch order): config, stage, rounds (latest attempt), end state."""
+    trials: dict[str, dict[str, Any]] = {}
+    for event in read_journal(out_dir / JOURNAL):
+        tid = event.get("trial_id")
+        if tid is None:
+            continue
+        kind = event["event"]
+        if kind == "start":
+            known = trials.get(tid)
+            trials[tid] = {"order": known["order"] if known else event.get("order", len(trials)),
+                           "config": event.get("config", {}), "stage": event.get("stage"),
+                           "rounds": [], "end": None, "dir": event.get("dir"),
+                           "attempts": (known["attempts"] + 1) if known else 1}
+        elif tid in trials and kind == "result":
+            trials[tid]["rounds"].append({k: v for k, v in event.items()
+                                          if k not in ("event", "trial_id", "time")})
+        elif tid in trials and kind == "end":
+            trials[tid]["end"] = event
+    return dict(sorted(trials.items(), key=lambda kv: kv[1]["order"]))
+
+
+def build_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any],
+                running: bool = False) -> pd.DataFrame:
+    rows = []
+    for tid, t in collect(out_dir).items():
+        rounds = t["rounds"]
+        end = t["end"] or {}
+        failure = end.get("failure") or {}
+        if end.get("status") == "failed":
+            status = "failed"
+        elif end.get("status") == "ok":
+            status = "ok" if len(rounds) >= objective.rounds else "stopped"
+        else:
+            status = "running" if running else "interrupted"
+        row: dict[str, Any] = {
+            "trial_id": tid, "order": t["order"], "stage": t["stage"],
+            "baseline": _same(t["config"], baseline), "status": status,
+            "failure_kind": failure.get("kind"), "failure": failure.get("message"),
+            "hint": failure.get("hint") or None, "rounds": len(rounds),
+            "score": _mean([r.get(objective.metric) for r in rounds]),
+        }
+        row.update({k: _show(v) for k, v in t["config"].items()})
+        names = {k for r in rounds for k in r} - {"round"}
+        for name in sorted(names):
+            values = [r.get(name) for r in rounds]
+            if name.startswith(_LAST_ONLY) or not any(isinstance(v, (int, float)) for v in values):
+                row[name] = next((v for v in reversed(values) if v is not None), None)
+            else:
+                row[name] = _mean(values)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    base = df[df["baseline"] & df["score"].notna()]
+    base_score = float(base["score"].iloc[0]) if len(base) else math.nan
+    df["speedup"] = [objective.speedup(s, base_score) if s == s and s is not None else math.nan
+                     for s in df["score"]]
+    return df
+
+
+def _same(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> bool:
+    return all(config.get(k) == v for k, v in baseline.items()) and \
+        all(baseline.get(k, CATALOGUE[k].unset if k in CATALOGUE else None) == v
+            for k, v in config.items())
+
+
+def _show(value: Any) -> Any:
+    return "default" if value is None else value
+
+
+def best_row(df: pd.DataFrame, objective: Objective) -> pd.Series | None:
+    """The best trial that completed every round (stopped trials lost a comparison)."""
+    if df.empty:
+        return None
+    done = df[(df["status"] == "ok") & df["score"].notna()]
+    if done.empty:
+        return None
+    index = done["score"].idxmax() if objective.mode == "max" else done["score"].idxmin()
+    return df.loc[index]
+
+
+def write_csv(df: pd.DataFrame, out_dir: Path) -> Path:
+    path = out_dir / RESULTS_CSV
+    tmp = path.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def config_of(out_dir: Path, trial_id: str) -> dict[str, Any]:
+    return dict(collect(out_dir)[trial_id]["config"])
+
+
+def summary_lines(df: pd.DataFrame, objective: Objective, knobs: list[str], top: int = 5
+                  ) -> list[str]:
+    """Top configs plus the baseline, and failures counted by kind."""
+    if df.empty:
+        return ["no trials ran"]
+    lines = []
+    scored = df[df["score"].notna()]
+    order = scored.sort_values("score", ascending=objective.mode == "min")
+    shown = order[order["status"] == "ok"].head(top)
+    base = df[df["baseline"]]
+    lines.append(f"{'trial':<14} {'status':<8} {objective.metric:>12} {'speedup':>8}  settings")
+    for _, row in pd.concat([shown, base[~base["trial_id"].isin(shown["trial_id"])]]).iterrows():
+        changed = [f"{k}={row[k]}" for k in knobs if k in row and row[k] not in ("default", False)]
+        label = " (baseline)" if row["baseline"] else ""
+        score = f"{row['score']:.4g}" if row["score"] == row["score"] and row["score"] is not None \
+            else "-"
+        speed = f"{row['speedup']:.3f}x" if row["speedup"] == row["speedup"] else "-"
+        lines.append(f"{row['trial_id']:<14} {row['status']:<8} {score:>12} {speed:>8}  "
+                     f"{' '.join(changed) or 'no overrides'}{label}")
+    counts = df["status"].value_counts().to_dict()
+    lines.append("trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    failed = df[df["failure_kind"].notna()]
+    if len(failed):
+        kinds = failed["failure_kind"].value_counts().to_dict()
+        lines.append("failures by kind: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
+        for _, row in failed.drop_duplicates("failure_kind").iterrows():
+            hint = f" ({row['hint']})" if isinstance(row.get("hint"), str) else ""
+            lines.append(f"  {row['failure_kind']}: {row['trial_id']}: {row['failure']}{hint}")
+    return lines
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)

@@ -1,0 +1,106 @@
+"""The searcher stack and the scheduler for an experiment.
+
+searcher = ConcurrencyLimiter(FilteringSearcher(random | grid | Optuna | staged))
+The baseline is always the first suggestion, and runs alone when one trial runs at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
+from ray.tune.search import ConcurrencyLimiter, Searcher
+from search_spaces.space import SearchSpace
+
+from tuner.recorder import REJECTED, append_jsonl
+from tuner.results import Objective
+from tuner.searchers import FailureMemory, FilteringSearcher, SpaceSearcher, StagedSearcher
+
+
+def optuna_searcher(space: SearchSpace, objective: Objective, seed: int) -> Searcher:
+    """Optuna TPE over the space's categorical knobs, the baseline enqueued first."""
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    distributions = {n: optuna.distributions.CategoricalDistribution(list(v))
+                     for n, v in space.domains.items()}
+    baseline = space.baseline()
+    return OptunaSearch(space=distributions, metric=objective.metric, mode=objective.mode,
+                        points_to_evaluate=[{n: baseline[n] for n in space.domains}],
+                        sampler=optuna.samplers.TPESampler(seed=seed))
+
+
+def leaf_searcher(kind: str, space: SearchSpace, objective: Objective, seed: int) -> Searcher:
+    if kind == "optuna":
+        return optuna_searcher(space, objective, seed)
+    return SpaceSearcher(space, kind, seed, objective.metric, objective.mode)
+
+
+class _StageInner:
+    """Picklable factory for a stage's searcher (a closure would not survive resume)."""
+
+    def __init__(self, kind: str, objective: Objective) -> None:
+        self.kind = kind
+        self.objective = objective
+
+    def __call__(self, space: SearchSpace, seed: int) -> Searcher:
+        return leaf_searcher(self.kind, space, self.objective, seed)
+
+
+class _RejectLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, entry: dict[str, Any]) -> None:
+        append_jsonl(self.path, entry)
+
+
+@dataclass
+class SearchStack:
+    search_alg: Searcher
+    filtering: FilteringSearcher
+    staged: StagedSearcher | None
+    num_samples: int
+    notes: list[str]
+
+    def stage_of(self, trial_id: str) -> str | None:
+        return self.staged.stage_of.get(trial_id) if self.staged else None
+
+
+def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
+                 samples: int, seed: int, failure_aware: bool, max_concurrent: int,
+                 out_dir: Path) -> SearchStack:
+    notes: list[str] = []
+    staged = None
+    if search == "staged":
+        staged = StagedSearcher(space, samples, objective.rounds,
+                                _StageInner(stage_search, objective), seed,
+                                objective.metric, objective.mode)
+        inner: Searcher = staged
+        if not space.stages:
+            notes.append(f"{space.name} defines no stages: one stage with every knob")
+    else:
+        inner = leaf_searcher(search, space, objective, seed)
+    if search == "grid" and space.size > samples:
+        notes.append(f"grid has {space.size} points; --samples {samples} runs the first "
+                     f"{samples} (baseline first)")
+    if search == "grid":
+        samples = min(samples, space.size)
+    memory = FailureMemory(space.baseline()) if failure_aware else None
+    filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
+                                  on_reject=_RejectLog(out_dir / REJECTED))
+    limited = ConcurrencyLimiter(filtering, max_concurrent=max_concurrent)
+    return SearchStack(limited, filtering, staged, samples, notes)
+
+
+def build_scheduler(name: str, objective: Objective) -> TrialScheduler:
+    """Early stopping on the per-round metric (reported under one name every round)."""
+    if name == "asha":
+        return ASHAScheduler(time_attr="round", max_t=objective.rounds, grace_period=1,
+                             reduction_factor=2)
+    if name == "median":
+        return MedianStoppingRule(time_attr="round", grace_period=1, min_samples_required=3)
+    return FIFOScheduler()

@@ -1,0 +1,81 @@
+"""ExperimentSpec: the validated description of one experiment, saved as DIR/servetune.json.
+
+CLI flags and an optional experiment YAML become one ExperimentSpec; a ValidationError
+becomes a one-line CLI error (exit 2) before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from launchers.proxy.launcher import ProxyArgs
+from launchers.sglang.launcher import SGLangArgs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from search_spaces.knobs import Value
+
+SPEC_FILE = "servetune.json"
+DEFAULT_PRESET = "verify-campaign"
+
+WorkloadArgs = Annotated[Union[SGLangArgs, ProxyArgs], Field(discriminator="kind")]
+
+
+class ExperimentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    out_dir: Path
+    space: str = DEFAULT_PRESET
+    pins: dict[str, Value] = {}
+    workload: WorkloadArgs = Field(default_factory=ProxyArgs)
+    search: Literal["random", "grid", "optuna", "staged"] = "random"
+    stage_search: Literal["random", "grid", "optuna"] = "random"
+    failure_aware: bool = True
+    scheduler: Literal["asha", "median", "fifo"] = "asha"
+    samples: int = Field(12, ge=1)
+    rounds: int = Field(4, ge=1)
+    metric: str | None = None
+    mode: Literal["max", "min"] | None = None
+    seed: int = 0
+    gpus_per_trial: int | None = Field(None, ge=1)
+    num_gpus: int | None = Field(None, ge=0)
+    num_cpus: int | None = Field(None, ge=1)
+    address: str | None = None
+    dashboard: bool = True
+    stop_grace: float = Field(10.0, gt=0)
+    gpu_clean_timeout: float = Field(60.0, ge=0)
+    confirm: int = Field(3, ge=0, description="repeats per config in the confirm stage")
+    confirm_top: int = Field(3, ge=1)
+    screen_top: int = Field(3, ge=1)
+    reuse_actors: bool = True
+
+    @property
+    def experiment_dir(self) -> Path:
+        return self.out_dir
+
+    def save(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / SPEC_FILE).write_text(self.model_dump_json(indent=2))
+
+    @classmethod
+    def load(cls, out_dir: Path) -> ExperimentSpec:
+        path = out_dir / SPEC_FILE
+        if not path.is_file():
+            raise SpecError(f"{out_dir}: not a servetune experiment (no {SPEC_FILE})")
+        try:
+            return cls.model_validate(json.loads(path.read_text()))
+        except (ValidationError, json.JSONDecodeError) as err:
+            raise SpecError(f"{path}: unreadable experiment spec: {one_line(err)}") from None
+
+
+class SpecError(ValueError):
+    """Bad input, reported as one line with exit code 2."""
+
+
+def one_line(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__

@@ -1,0 +1,127 @@
+"""One trial: config -> validate -> plan -> preflight -> start -> ready -> rounds -> stop.
+
+``run_trial`` is the engine and knows nothing of Ray (``report`` is a callable), so it is
+usable and testable on its own. ``servetune_trial`` adapts it to Ray Tune: its name is what
+the Ray dashboard shows for trial actors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from launchers import gpu, process
+from launchers.base import Metrics, TrialContext, TrialRecord, Workload
+from launchers.failures import Failure, FailureKind, TrialFailed
+from search_spaces.knobs import Value
+from search_spaces.space import SearchSpace
+
+log = logging.getLogger(__name__)
+
+Report = Callable[[dict[str, Any]], None]
+FAILURE_FILE = "failure.json"
+PLAN_FILE = "plan.json"
+EFFECTIVE_FILE = "effective.json"
+
+
+def _numeric_only(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Ray needs JSON-able results; keep numbers, strings and booleans, drop None."""
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
+
+
+def resolve_port(wanted: int | None) -> int | None:
+    if wanted is None:
+        return None
+    return process.free_port() if wanted == 0 else wanted
+
+
+def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Workload,
+              ctx: TrialContext, rounds: int, report: Report, stop_grace: float = 10.0,
+              gpu_clean_timeout: float = 60.0, ready_timeout: float = 1800.0,
+              experiment_prefix: str = "") -> TrialRecord:
+    """Run one configuration; raise TrialFailed (after writing failure.json) when it fails."""
+    record = TrialRecord(ctx.trial_id, dict(config))
+    folder = ctx.trial_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    record.timings["wall_start"] = time.time()
+    # Leftovers of earlier trials on this node (a reused actor, a crashed driver) go first.
+    reaped = process.reap(experiment_prefix or f"{ctx.experiment}/", keep=ctx.marker)
+    if reaped:
+        record.warnings.append(f"reaped {len(reaped)} leftover processes before the trial")
+    running = None
+    gpu_before: list[gpu.GpuState] = []
+    try:
+        reasons = space.validate(config)
+        if reasons:
+            raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, "; ".join(reasons)))
+        record.warnings += space.warnings(config)
+        plan = workload.plan(config, ctx)
+        record.plan = plan.to_json()
+        (folder / PLAN_FILE).write_text(json.dumps(record.plan, indent=1))
+        workload.preflight(plan, ctx)
+        if ctx.gpu_ids:
+            gpu_before = gpu.wait_clean(ctx.gpu_ids, gpu_clean_timeout)
+        record.timings["setup_s"] = time.monotonic() - t0
+        running = workload.start(plan, ctx)
+        with running:
+            record.timings["ready_s"] = running.wait_ready(ready_timeout)
+            t_warm = time.monotonic()
+            running.warmup()
+            record.timings["warmup_s"] = time.monotonic() - t_warm
+            t_bench = time.monotonic()
+            for index in range(rounds):
+                metrics: Metrics = running.measure(index)
+                if index == 0:
+                    record.effective = running.effective()
+                    (folder / EFFECTIVE_FILE).write_text(
+                        json.dumps(record.effective, indent=1, default=str))
+                    record.warnings += record.effective.get("warnings", [])
+                record.rounds.append(metrics)
+                record.timings["bench_s"] = time.monotonic() - t_bench
+                record.write(folder)
+                report({**_numeric_only(metrics), **_effective_columns(record.effective),
+                        "round": index + 1, "ready_s": record.timings["ready_s"]})
+            t_stop = time.monotonic()
+        record.timings["stop_s"] = time.monotonic() - t_stop
+        record.status = "ok"
+        return record
+    except TrialFailed as err:
+        record.status = "failed"
+        record.failure = err.failure.to_json()
+        (folder / FAILURE_FILE).write_text(json.dumps(record.failure, indent=1))
+        raise
+    except BaseException as err:  # a stop from Ray (SystemExit) or an unexpected error
+        record.status = "stopped" if isinstance(err, (SystemExit, KeyboardInterrupt)) else "error"
+        if record.status == "error":
+            failure = Failure(FailureKind.CRASHED, f"servetune error: {err!r}")
+            record.failure = failure.to_json()
+            (folder / FAILURE_FILE).write_text(json.dumps(record.failure, indent=1))
+        raise
+    finally:
+        if running is not None:
+            running.stop()
+        # Anything still carrying this trial's marker (grandchildren in new sessions) goes.
+        process.reap_all(ctx.marker, grace=min(stop_grace, 3.0), exact=True)
+        if gpu_before:
+            record.warnings += gpu.wait_memory_back(gpu_before, timeout=30.0)
+        record.timings["total_s"] = time.monotonic() - t0
+        record.timings["wall_end"] = time.time()
+        record.write(folder)
+
+
+def _effective_columns(effective: Mapping[str, Any]) -> dict[str, Any]:
+    columns = effective.get("columns", {})
+    return _numeric_only(columns) if isinstance(columns, dict) else {}
+
+
+def read_record(folder: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((folder / "trial.json").read_text())
+        return data
+    except (OSError, json.JSONDecodeError):
+        return None
