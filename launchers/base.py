@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value
-
 from launchers.process import LOCALHOST, ServerProcess, check_env_values, marker_value
+from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value
 
 Metrics = dict[str, Any]  # metric name -> float, or None when the server does not expose it
 

@@ -12,9 +12,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Union
 
-Value = Union[str, int, bool, None]
+Value = str | int | bool | None
 
 # NCCL_ALGO / NCCL_PROTO tokens, lower-cased (NCCL matches case-insensitively).
 NCCL_ALGORITHMS = ("ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
@@ -36,7 +35,7 @@ class Group(str, Enum):
     SPECULATIVE = "speculative"
 
 
-Checker = Callable[[Value], Union[str, None]]
+Checker = Callable[[Value], str | None]
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class SearchSpace:
         """Every point, baseline first (it is the first value of each domain)."""
         names = list(self.domains)
         for values in itertools.product(*(self.domains[n] for n in names)):
-            yield self.complete(dict(zip(names, values)))
+            yield self.complete(dict(zip(names, values, strict=True)))
 
     def sample(self, rng: random.Random) -> dict[str, Value]:
         return self.complete({n: rng.choice(vals) for n, vals in self.domains.items()})

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from launchers.base import TrialContext
 from pydantic import ValidationError
+
+from launchers.base import TrialContext
 from search_spaces import knobs
 from search_spaces.space import SpaceError, load, preset_names
-
 from tuner.spec import DEFAULT_PRESET, ExperimentSpec, SpecError, one_line
 
 EXIT_BAD_INPUT = 2
@@ -253,15 +253,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         ctx = TrialContext(spec.name, f"plan_{index:05d}", spec.out_dir / f"plan_{index:05d}",
                            (), getattr(spec.workload, "port", None) or 30000, spec.seed)
         plan = setup.workload.plan(config, ctx)
-        entry = {"index": index, "config": config, "argv": list(plan.argv), "env": dict(plan.env),
+        warnings = setup.space.warnings(config)
+        entry: dict[str, Any] = {"index": index, "config": config, "argv": list(plan.argv),
+                                 "env": dict(plan.env),
                  "unset_env": list(plan.unset_env), "valid": not reasons,
-                 "reason": "; ".join(reasons) or None, "warnings": setup.space.warnings(config)}
+                 "reason": "; ".join(reasons) or None, "warnings": warnings}
         if args.json:
             print(json.dumps(entry, default=str))
             continue
         label = "baseline" if index == 0 else f"config {index}"
         print(f"# {label}" + ("" if not reasons else f"  INVALID: {entry['reason']}"))
-        for warning in entry["warnings"]:
+        for warning in warnings:
             print(f"# warning: {warning}")
         for key, value in sorted(plan.env.items()):
             print(f"{key}={shlex.quote(value)} \\")

@@ -16,7 +16,6 @@ from launchers import gpu, process
 from launchers.base import TrialContext, Workload
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, SpaceError, load
-
 from tuner.results import Objective
 from tuner.spec import ExperimentSpec, SpecError
 
@@ -219,7 +218,7 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
     with ray_cluster(spec, setup.marker_prefix) as cluster:
         gpus = gpus_per_trial(spec, cluster)
         slots = sum(1 for g in cluster.gpus_per_node if gpus and g >= gpus) if gpus else 1
-        resources = {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
+        resources: dict[str, float] = {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
         echo(f"{cluster.nodes} node(s), GPUs per node {cluster.gpus_per_node}; each trial holds "
              f"{gpus or 'no'} GPU(s); at most {max(slots, 1)} trial(s) at once")
         if cluster.dashboard_url:

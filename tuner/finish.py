@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from launchers.base import LaunchPlan, TrialContext
 
+from launchers.base import LaunchPlan, TrialContext
 from tuner import results
 
 if TYPE_CHECKING:

@@ -4,6 +4,7 @@ lost when the driver is interrupted: the journal is flushed line by line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -11,9 +12,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from launchers.failures import Failure, FailureKind, TrialFailed, failure_from_error_text
 from ray.tune import Callback
 from ray.tune.experiment import Trial
+
+from launchers.failures import Failure, FailureKind, TrialFailed, failure_from_error_text
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +48,8 @@ def trial_failure(trial: Trial) -> Failure:
     if isinstance(cause, TrialFailed):
         return cause.failure
     text = ""
-    try:
+    with contextlib.suppress(Exception):
         text = str(trial.get_error() or "")
-    except Exception:
-        pass
     if not text and error is not None:
         text = str(error)
     return failure_from_error_text(text) if text else Failure(FailureKind.CRASHED, "trial errored")

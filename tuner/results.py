@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from search_spaces.knobs import CATALOGUE
 
+from search_spaces.knobs import CATALOGUE
 from tuner.recorder import JOURNAL, read_journal
 
 RESULTS_CSV = "results.csv"

@@ -12,8 +12,8 @@ from typing import Any
 
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
-from search_spaces.space import SearchSpace
 
+from search_spaces.space import SearchSpace
 from tuner.recorder import REJECTED, append_jsonl
 from tuner.results import Objective
 from tuner.searchers import FailureMemory, FilteringSearcher, SpaceSearcher, StagedSearcher
@@ -25,8 +25,9 @@ def optuna_searcher(space: SearchSpace, objective: Objective, seed: int) -> Sear
     from ray.tune.search.optuna import OptunaSearch
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    distributions = {n: optuna.distributions.CategoricalDistribution(list(v))
-                     for n, v in space.domains.items()}
+    categorical = optuna.distributions.CategoricalDistribution
+    distributions: dict[str, optuna.distributions.BaseDistribution] = {
+        n: categorical(list(v)) for n, v in space.domains.items()}
     baseline = space.baseline()
     return OptunaSearch(space=distributions, metric=objective.metric, mode=objective.mode,
                         points_to_evaluate=[{n: baseline[n] for n in space.domains}],

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ray.tune.search import Searcher
+
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace, Stage
 
@@ -165,7 +166,8 @@ class FailureMemory:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        failures = defaultdict(lambda: defaultdict(list))
+        failures: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(
+            lambda: defaultdict(list))
         for key, kinds in state["failures"].items():
             failures[key].update(kinds)
         self.__dict__.update({**state, "failures": failures})

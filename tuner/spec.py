@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from search_spaces.knobs import Value
 
 SPEC_FILE = "servetune.json"
 DEFAULT_PRESET = "verify-campaign"
 
-WorkloadArgs = Annotated[Union[SGLangArgs, ProxyArgs], Field(discriminator="kind")]
+WorkloadArgs = Annotated[SGLangArgs | ProxyArgs, Field(discriminator="kind")]
 
 
 class ExperimentSpec(BaseModel):
@@ -28,7 +29,7 @@ class ExperimentSpec(BaseModel):
     out_dir: Path
     space: str = DEFAULT_PRESET
     pins: dict[str, Value] = {}
-    workload: WorkloadArgs = Field(default_factory=ProxyArgs)
+    workload: WorkloadArgs = Field(default_factory=lambda: ProxyArgs())
     search: Literal["random", "grid", "optuna", "staged"] = "random"
     stage_search: Literal["random", "grid", "optuna"] = "random"
     failure_aware: bool = True
