@@ -1,0 +1,113 @@
+"""Marked process trees: spawn, readiness, stop (TERM, grace, KILL), reap by marker."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launchers import process
+from launchers.failures import FailureKind, TrialFailed
+
+PY = sys.executable
+
+
+def _marker() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}/t0"
+
+
+def _spawn(tmp_path: Path, code: str, marker: str) -> process.ServerProcess:
+    return process.ServerProcess.spawn([PY, "-c", code], dict(os.environ),
+                                       tmp_path / "log.txt", marker)
+
+
+def test_children_and_setsid_grandchildren_carry_the_marker_and_all_die(tmp_path: Path) -> None:
+    marker = _marker()
+    code = ("import subprocess,sys,time\n"
+            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'])\n"
+            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'],"
+            " start_new_session=True)\n"
+            "print('up', flush=True); time.sleep(60)\n")
+    server = _spawn(tmp_path, code, marker)
+    deadline = time.monotonic() + 10
+    while len(process.marked_processes(marker, exact=True)) < 3:
+        assert time.monotonic() < deadline, "children did not start"
+        time.sleep(0.05)
+    report = server.stop(grace=2)
+    assert len(report.signalled) >= 3
+    assert process.marked_processes(marker, exact=True) == []
+
+
+def test_sigterm_ignored_means_kill_after_grace(tmp_path: Path) -> None:
+    marker = _marker()
+    code = ("import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    server = _spawn(tmp_path, code, marker)
+    server.wait_ready(lambda: "ready" in server.log_text(), timeout=10)
+    report = server.stop(grace=0.5)
+    assert 0.5 <= report.seconds < 3
+    assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == "zombie"
+
+
+def test_exit_during_startup_is_classified_from_the_log(tmp_path: Path) -> None:
+    code = "print('Capture cuda graph failed: boom'); raise SystemExit(1)"
+    server = _spawn(tmp_path, code, _marker())
+    with pytest.raises(TrialFailed) as err:
+        server.wait_ready(lambda: False, timeout=10)
+    assert err.value.failure.kind is FailureKind.GRAPH_CAPTURE
+    assert err.value.failure.returncode == 1
+    assert "Capture cuda graph failed" in err.value.failure.log_tail
+    server.stop()
+
+
+def test_hang_is_a_startup_timeout_within_the_timeout(tmp_path: Path) -> None:
+    server = _spawn(tmp_path, "import time; time.sleep(60)", _marker())
+    began = time.monotonic()
+    with pytest.raises(TrialFailed) as err:
+        server.wait_ready(lambda: False, timeout=1.0)
+    assert err.value.failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert time.monotonic() - began < 2.5
+    server.stop(grace=1)
+
+
+def test_reap_spares_live_owners_and_kills_orphans(tmp_path: Path) -> None:
+    prefix = f"reap-{uuid.uuid4().hex[:8]}/"
+    env = {**os.environ, process.MARKER_ENV: prefix + "orphan", process.OWNER_ENV: "999999999"}
+    orphan = psutil.Popen([PY, "-c", "import time; time.sleep(60)"], env=env)
+    owned = _spawn(tmp_path, "import time; time.sleep(60)", prefix + "owned")
+    try:
+        deadline = time.monotonic() + 10
+        while len(process.marked_processes(prefix)) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # The owned server's owner is this process: it counts as a leftover unless kept.
+        killed = process.reap(prefix, keep=prefix + "owned")
+        assert orphan.pid in killed and owned.pid not in killed
+        assert owned.poll() is None
+    finally:
+        owned.stop(grace=1)
+        if orphan.poll() is None:
+            orphan.kill()
+        orphan.wait()
+
+
+def test_env_values_with_newlines_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="newline"):
+        process.ServerProcess.spawn([PY, "-c", "pass"], {"X": "a\nb"}, tmp_path / "l", _marker())
+
+
+def test_port_helpers() -> None:
+    port = process.free_port()
+    assert process.port_is_free(port)
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((process.LOCALHOST, port))
+        sock.listen()
+        assert not process.port_is_free(port)
+    assert process.wait_port_free(port, 1.0)
