@@ -1,0 +1,149 @@
+"""Searchers driven by hand, the way Ray drives them (suggest / on_trial_result / complete)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from ray.tune.search import Searcher
+
+from search_spaces.space import SearchSpace, from_mapping, load_preset
+from tuner.results import Objective
+from tuner.search import build_search, optuna_searcher
+from tuner.searchers import FailureMemory, FilteringSearcher, SpaceSearcher, StagedSearcher
+
+
+def _small() -> SearchSpace:
+    return from_mapping({"name": "t", "knobs": {
+        "NCCL_ALGO": ["allreduce:ring", "allreduce:tree", "Tree"],
+        "NCCL_MIN_NCHANNELS": [2, 8], "NCCL_MAX_NCHANNELS": [4, 16]}}, "test")
+
+
+def test_random_starts_with_baseline_and_never_repeats_or_suggests_invalid() -> None:
+    space = _small()
+    searcher = SpaceSearcher(space, "random", seed=1)
+    seen = []
+    while True:
+        point = searcher.suggest(f"t{len(seen)}")
+        if point == Searcher.FINISHED:
+            break
+        assert isinstance(point, dict)
+        seen.append(point)
+    assert seen[0] == space.baseline()
+    keys = [tuple(sorted(p.items(), key=lambda kv: kv[0])) for p in seen]
+    assert len(keys) == len(set(keys))
+    assert all(not space.validate(p) for p in seen)
+    assert len(seen) == space.valid_size()
+
+
+def test_grid_enumerates_every_point_including_invalid_ones() -> None:
+    space = _small()
+    searcher = SpaceSearcher(space, "grid")
+    points = []
+    while (p := searcher.suggest(str(len(points)))) != Searcher.FINISHED:
+        points.append(p)
+    assert points[0] == space.baseline()
+    assert len(points) == space.size
+    assert any(space.validate(p) for p in points)  # recorded by the trial as invalid_config
+
+
+def test_failure_memory_rules_out_a_value_after_two_same_kind_failures() -> None:
+    base = _small().baseline()
+    memory = FailureMemory(base)
+    memory.record({**base, "NCCL_ALGO": "Tree", "NCCL_MAX_NCHANNELS": 4}, "a", "graph_capture")
+    assert memory.ruled_out({**base, "NCCL_ALGO": "Tree"}) == []
+    memory.record({**base, "NCCL_ALGO": "Tree", "NCCL_MAX_NCHANNELS": 16}, "b", "graph_capture")
+    reasons = memory.ruled_out({**base, "NCCL_ALGO": "Tree"})
+    assert reasons == ["NCCL_ALGO=Tree: graph_capture in trials a, b"]
+    # Unset values are shared by everyone and never ruled out; a success clears a value.
+    assert memory.ruled_out(base) == []
+    memory.record({**base, "NCCL_MAX_NCHANNELS": 4}, "c", None)
+    assert memory.ruled_out({**base, "NCCL_MAX_NCHANNELS": 4}) == []
+    assert [e["knob"] for e in memory.evidence()] == ["NCCL_ALGO"]
+
+
+def test_environmental_failures_teach_nothing() -> None:
+    base = _small().baseline()
+    memory = FailureMemory(base)
+    for tid in "ab":
+        memory.record({**base, "NCCL_ALGO": "Tree"}, tid, "port_busy")
+    assert memory.ruled_out({**base, "NCCL_ALGO": "Tree"}) == []
+
+
+def test_filtering_optuna_rejects_invalid_as_failures_and_answers_repeats() -> None:
+    space = _small()
+    objective = Objective("tok_s", "max", 1)
+    rejected: list[dict[str, Any]] = []
+    inner = optuna_searcher(space, objective, seed=0)
+    searcher = FilteringSearcher(inner, space, on_reject=rejected.append)
+    searcher.set_search_properties("tok_s", "max", {})
+    launched = []
+    for i in range(12):
+        point = searcher.suggest(f"t{i}")
+        if not isinstance(point, dict):
+            break
+        assert not space.validate(point)
+        launched.append(point)
+        searcher.on_trial_complete(f"t{i}", {"tok_s": 100.0 + i})
+    assert launched[0] == space.baseline()
+    keys = [str(sorted(p.items(), key=lambda kv: kv[0])) for p in launched]
+    assert len(keys) == len(set(keys)), "an already-measured config was launched again"
+    study = inner._ot_study  # type: ignore[attr-defined]
+    states = {t.state.name for t in study.trials}
+    assert "FAIL" in states and rejected and all(r["invalid"] for r in rejected)
+
+
+def test_failure_aware_wrapper_launches_a_crashing_value_at_most_twice() -> None:
+    space = _small()
+    memory = FailureMemory(space.baseline())
+    searcher = FilteringSearcher(SpaceSearcher(space, "random", seed=3), space, memory=memory)
+    tree_launches = 0
+    for i in range(40):
+        point = searcher.suggest(f"t{i}")
+        if not isinstance(point, dict):
+            break
+        crashed = point["NCCL_ALGO"] == "Tree"
+        tree_launches += crashed
+        searcher.record_outcome(f"t{i}", point, "graph_capture" if crashed else None)
+        searcher.on_trial_complete(f"t{i}", None if crashed else {"tok_s": 1.0}, error=crashed)
+    assert tree_launches <= 2
+
+
+def test_staged_search_pins_each_stage_winner() -> None:
+    space = load_preset("verify-campaign")
+    objective = Objective("tok_s", "max", 2)
+    searcher = StagedSearcher(space, total_samples=40, rounds=2,
+                              make_inner=lambda s, seed: SpaceSearcher(s, "grid", seed),
+                              metric="tok_s", mode="max")
+
+    def score(cfg: dict[str, Any]) -> float:
+        return (2.0 if cfg["NCCL_ALGO"] == "allreduce:tree" else 1.0) + random.random() * 0.01
+
+    stages_seen = []
+    i = 0
+    while True:
+        point = searcher.suggest(f"t{i}")
+        if point == Searcher.FINISHED:
+            break
+        assert isinstance(point, dict)
+        stages_seen.append(searcher.stage_of[f"t{i}"])
+        for r in (1, 2):
+            searcher.on_trial_result(f"t{i}", {"tok_s": score(point), "round": r})
+        searcher.on_trial_complete(f"t{i}", {"tok_s": score(point)})
+        if stages_seen[-1] not in ("baseline", "allreduce"):
+            assert point["NCCL_ALGO"] == searcher.winners["NCCL_ALGO"]
+        i += 1
+    assert stages_seen[0] == "baseline"
+    assert [h["stage"] for h in searcher.history][:2] == ["baseline", "allreduce"]
+    assert searcher.winners["NCCL_ALGO"] == "allreduce:tree"
+    assert objective.metric == "tok_s"
+
+
+def test_build_search_wraps_everything_once(tmp_path: Path) -> None:
+    space = _small()
+    stack = build_search(space, Objective("tok_s", "max", 2), search="grid",
+                         stage_search="random", samples=100, seed=0, failure_aware=True,
+                         max_concurrent=1, out_dir=tmp_path)
+    assert stack.num_samples == space.size
+    assert stack.filtering.pass_invalid
