@@ -1,0 +1,567 @@
+"""The proxy's processes: with ``--spawn N`` this is the root of one process tree that starts
+N ranks and watches them; without it, it is one rank.
+
+A rank joins the process group (NCCL on GPUs, created eagerly through ``device_id`` so that no
+communicator is first made inside graph capture; gloo on CPU), builds the model, warms up
+outside capture, captures four CUDA graphs (the verify pass; the LM head and its all-gather
+alone; the full model's all-reduces alone; the all-gather alone), checks the logits against
+the reference, reports ready, then times rounds. The root exits non-zero, after stopping the
+other ranks, as soon as one rank fails.
+
+Files in ``--out`` (the launcher's contract):
+  proxy_rounds.jsonl  rank 0 appends one JSON line per event: ready, round, wrong_result
+  proxy_control       the launcher writes the index of the round it wants next
+
+By hand: ``python -m launchers.proxy.worker --spawn 2 --device cpu --model tiny --rounds 3``.
+
+What a round reports (``summarize``): ``verify_ms`` is the p50 of per-replay times of the
+verify-pass graph (``iters`` replays, CUDA events; perf_counter on CPU); ``allreduce_ms`` is
+measured separately, by graphs holding the same collectives and no compute (2 x
+num_hidden_layers all-reduces + the logits all-gather); ``compute_ms = verify_ms -
+allreduce_ms`` is derived. ``assumed_draft_ms``, unless given, is estimated as draft steps x
+(one layer + the LM head), both from this measurement: an EAGLE-3 draft is one decoder layer
+and an LM head run once per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is imported by ranks only: the root stays light
+    import torch
+
+    from launchers.proxy.model import Geometry
+
+ROUNDS_FILE = "proxy_rounds.jsonl"
+CONTROL_FILE = "proxy_control"
+LOCALHOST = "127.0.0.1"
+H200_BANDWIDTH = 4.3e12  # B/s per GPU, small-batch matmuls measured here (shared/reference/nccl.md)
+TOLERANCE = {"bfloat16": 2e-2, "float32": 1e-4}  # relative L2 error of the logits
+EXIT_WRONG_RESULT = 3
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m launchers.proxy.worker",
+        description="Verify-pass proxy: a tensor-parallel decoder stack with a real model's "
+                    "shapes, timed under CUDA graphs. Prints one JSON line per round.")
+    p.add_argument("--spawn", type=int, metavar="N", help="start N ranks (one per GPU)")
+    p.add_argument("--model", default="tiny", help="shape preset or path to a config.json")
+    p.add_argument("--layers", type=int, help="run N layers and scale (model does not fit)")
+    p.add_argument("--batch", type=int, default=1, help="requests in the verify batch")
+    p.add_argument("--draft-tokens", type=int, default=4, help="tokens verified per request")
+    p.add_argument("--draft-steps", type=int, help="draft steps per cycle, for the draft "
+                   "estimate (default: draft tokens - 1)")
+    p.add_argument("--kv-len", type=int, default=4096, help="KV cache entries per request")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--iters", type=int, default=50, help="replays timed per round")
+    p.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
+                   help="time CUDA graph replays (--no-graph: eager)")
+    p.add_argument("--accept-length", type=float, default=3.0, help="assumed, for est_tok_s")
+    p.add_argument("--draft-ms", type=float, help="assumed draft time per cycle")
+    p.add_argument("--hbm-bandwidth", type=float, help="B/s per GPU for hbm_floor_ms")
+    p.add_argument("--port", type=int, default=0, help="rendezvous port (0: a free one)")
+    p.add_argument("--out", type=Path, help="folder for proxy_rounds.jsonl; rounds are then "
+                   "run when the launcher asks for them (proxy_control)")
+    p.add_argument("--rounds", type=int, help="run N rounds and exit (default without --out: 3)")
+    p.add_argument("--reference", type=Path, help="reference logits to compare with")
+    p.add_argument("--write-reference", action="store_true",
+                   help="write --reference when it does not exist yet")
+    p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                   help="compare the logits with --reference")
+    p.add_argument("--tolerance", type=float, help="relative L2 error allowed (default by dtype)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--idle-timeout", type=float, default=3600.0,
+                   help="exit when no round is asked for this long")
+    # test only: make one rank fail at a stage, with a given message
+    p.add_argument("--fail-at", choices=["init", "ready", "round"], help=argparse.SUPPRESS)
+    p.add_argument("--fail-rank", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--fail-message", help=argparse.SUPPRESS)
+    args = p.parse_args(list(argv))
+    if args.rounds is None and args.out is None:
+        args.rounds = 3
+    return args
+
+
+# ---------------------------------------------------------------- the root
+
+
+def _without_spawn(argv: Sequence[str]) -> list[str]:
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--spawn":
+            skip = True
+        elif not word.startswith("--spawn="):
+            out.append(word)
+    return out
+
+
+def _exit_like(code: int) -> int:
+    """Exit as the rank did: re-raise a fatal signal so the exit code keeps it (-9 stays -9)."""
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def spawn(n: int, argv: Sequence[str], port: int) -> int:
+    """Start ranks 0..n-1 with the torch.distributed env; stop them all when one fails."""
+    from launchers.process import free_port
+
+    port = port or free_port()
+    rank_argv = [sys.executable, "-m", "launchers.proxy.worker", *_without_spawn(argv)]
+    children: list[subprocess.Popen[bytes]] = []
+
+    def stop_all() -> None:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        deadline = time.monotonic() + 5
+        for child in children:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop_all()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    parent = os.getppid()
+    for rank in range(n):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": LOCALHOST, "MASTER_PORT": str(port)}
+        children.append(subprocess.Popen(rank_argv, env=env, stdin=subprocess.DEVNULL))
+    while True:
+        codes = [child.poll() for child in children]
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            rank, code = failed[0]
+            how = f"signal {-code}" if code < 0 else f"code {code}"
+            print(f"proxy: rank {rank} exited with {how}; stopping the other ranks", flush=True)
+            stop_all()
+            return _exit_like(code)
+        if all(code == 0 for code in codes):
+            return 0
+        if os.getppid() != parent:
+            print("proxy: the launcher is gone; stopping the ranks", flush=True)
+            stop_all()
+            return 1
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------- a rank
+
+
+class WrongResult(Exception):
+    """The logits differ from the reference beyond the tolerance."""
+
+
+class Events:
+    """Rank 0's JSON lines: echoed to stdout (the log) and appended to the rounds file."""
+
+    def __init__(self, path: Path | None, active: bool) -> None:
+        self.path, self.active = path, active
+
+    def emit(self, event: str, **data: Any) -> None:
+        if not self.active:
+            return
+        line = json.dumps({"event": event, **data}, default=str)
+        print(line, flush=True)
+        if self.path is not None:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+
+def _maybe_fail(args: argparse.Namespace, stage: str, rank: int, world: int) -> None:
+    target = world - 1 if args.fail_rank is None else args.fail_rank
+    if args.fail_at == stage and rank == target:
+        raise RuntimeError(args.fail_message or f"injected failure at {stage} (--fail-at)")
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def summarize(samples: Mapping[str, Sequence[float]], geo: Geometry, *, accept_length: float,
+              draft_ms: float | None, draft_steps: int, bandwidth: float) -> dict[str, Any]:
+    """One round's metrics from per-call times in ms: pass, head, allreduce, allgather."""
+    layers = geo.shape.num_hidden_layers
+    head = _percentile(samples["head"], 0.5)
+    # scaled: the layers' share of each pass times num_hidden_layers/N, the head as measured
+    verify = [head + (p - head) * geo.scale for p in samples["pass"]]
+    verify_ms = _percentile(verify, 0.5)
+    allreduces = _percentile(samples["allreduce"], 0.5)
+    allreduce_ms = allreduces + _percentile(samples["allgather"], 0.5)
+    layer_ms = max(verify_ms - head, 0.0) / layers
+    if draft_ms is None:
+        draft_ms = draft_steps * (layer_ms + head)
+        source = (f"estimated: {draft_steps} steps x (one layer {layer_ms:.3f} ms + "
+                  f"LM head {head:.3f} ms)")
+    else:
+        source = "given"
+    accept = min(accept_length, float(geo.draft_tokens))
+    bytes_full = geo.bytes_per_pass()["total"]
+    return {
+        "verify_ms": verify_ms,
+        "verify_p10_ms": _percentile(verify, 0.1),
+        "verify_p90_ms": _percentile(verify, 0.9),
+        "allreduce_ms": allreduce_ms,
+        "compute_ms": max(verify_ms - allreduce_ms, 0.0),
+        "allreduce_share": allreduce_ms / verify_ms if verify_ms > 0 else None,
+        "per_allreduce_us": allreduces / (2 * layers) * 1000,
+        "head_ms": head,
+        "est_tok_s": geo.batch * accept / ((verify_ms + draft_ms) / 1000),
+        "assumed_accept_length": accept,
+        "assumed_draft_ms": draft_ms,
+        "draft_ms_source": source,
+        "bytes_per_pass": bytes_full,
+        "hbm_floor_ms": bytes_full / bandwidth * 1000,
+        "scaled": geo.scaled,
+    }
+
+
+def compare(logits: torch.Tensor, reference: torch.Tensor, tolerance: float) -> dict[str, float]:
+    """Relative L2 and max abs error; raises WrongResult beyond ``tolerance``."""
+    import torch
+
+    got = logits.detach().float().cpu()
+    if not bool(torch.isfinite(got).all()):
+        raise WrongResult("the logits hold NaN or inf")
+    if got.shape != reference.shape:
+        raise WrongResult(f"logits shape {tuple(got.shape)} != reference {tuple(reference.shape)}")
+    rel = float((got - reference).norm() / reference.norm().clamp_min(1e-12))
+    max_abs = float((got - reference).abs().max())
+    if not rel <= tolerance:
+        raise WrongResult(f"logits differ from the reference: relative L2 error {rel:.3g} > "
+                          f"{tolerance:.3g} (max abs error {max_abs:.3g})")
+    return {"rel_err": rel, "max_abs_err": max_abs}
+
+
+class Gate:
+    """The correctness gate (rank 0): the first check writes the reference when allowed and
+    absent, or loads it; every check compares the logits with it."""
+
+    def __init__(self, args: argparse.Namespace, tolerance: float) -> None:
+        self.path: Path | None = args.reference if args.check else None
+        self.write = bool(args.write_reference)
+        self.tolerance = tolerance
+        self.reference: torch.Tensor | None = None
+        self.status = "off" if self.path is None else "no_reference"
+
+    def check(self, logits: torch.Tensor) -> dict[str, Any]:
+        import torch
+
+        if self.path is None:
+            return {"correctness": "off"}
+        if self.reference is None and self.path.exists():
+            self.reference = torch.load(self.path, weights_only=True)["logits"]
+        if self.reference is None and self.write:
+            if not bool(torch.isfinite(logits).all()):
+                raise WrongResult("the logits hold NaN or inf (not written as the reference)")
+            self.reference = self._write(logits.detach().float().cpu())
+            return {"correctness": "reference_written", "reference": str(self.path)}
+        if self.reference is None:
+            return {"correctness": "no_reference"}
+        return {"correctness": "pass", **compare(logits, self.reference, self.tolerance)}
+
+    def _write(self, logits: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        assert self.path is not None
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        torch.save({"logits": logits}, tmp)
+        try:
+            os.link(tmp, self.path)  # never replaces one another trial wrote meanwhile
+        except FileExistsError:
+            logits = torch.load(self.path, weights_only=True)["logits"]
+        finally:
+            tmp.unlink(missing_ok=True)
+        return logits
+
+
+class Timed:
+    """One piece of work, run by replaying its CUDA graph (or eagerly) and timed per call."""
+
+    def __init__(self, name: str, fn: Callable[[], Any], device: torch.device, graph: bool
+                 ) -> None:
+        self.name, self.fn, self.device = name, fn, device
+        self.graph: Any = None
+        self.use_graph = graph and device.type == "cuda"
+        self.out: Any = None
+
+    def prepare(self, warmup: int = 2) -> None:
+        """Eager warm-up calls, then the capture (graph mode)."""
+        import torch
+
+        if not self.use_graph:
+            for _ in range(warmup):
+                self.out = self.fn()
+            return
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                self.fn()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        torch.cuda.synchronize(self.device)
+        try:
+            self.graph = torch.cuda.CUDAGraph()
+            # thread_local: queries by NCCL's watchdog thread must not invalidate the capture
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                self.out = self.fn()
+        except Exception as err:
+            print(f"proxy: Capture cuda graph failed ({self.name}): {err}", flush=True)
+            raise
+        torch.cuda.synchronize(self.device)
+
+    def run(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.out = self.fn()
+
+    def times_ms(self, iters: int) -> list[float]:
+        import torch
+
+        if self.device.type != "cuda":
+            times = []
+            for _ in range(iters):
+                began = time.perf_counter()
+                self.run()
+                times.append((time.perf_counter() - began) * 1000)
+            return times
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(iters)]
+        for start, end in events:
+            start.record()
+            self.run()
+            end.record()
+        torch.cuda.synchronize(self.device)
+        return [start.elapsed_time(end) for start, end in events]
+
+
+def _bandwidth(args: argparse.Namespace, device: torch.device) -> tuple[float, str]:
+    """Per-GPU memory bandwidth for hbm_floor_ms: given, known (H200), or measured."""
+    import torch
+
+    if args.hbm_bandwidth:
+        return args.hbm_bandwidth, "given"
+    if device.type == "cuda" and "H200" in torch.cuda.get_device_name(device):
+        return H200_BANDWIDTH, "H200: 4.3e12 B/s, matmul weight reads (reference/nccl.md)"
+    nbytes = (1 << 30) if device.type == "cuda" else (64 << 20)
+    buf = torch.ones(nbytes // 4, device=device)
+    times = []
+    for _ in range(6):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        began = time.perf_counter()
+        buf.sum()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - began)
+    del buf
+    return nbytes / _percentile(times[1:], 0.5), f"measured: read of {nbytes >> 20} MiB"
+
+
+def _init_group(rank: int, world: int, device: torch.device, port: int) -> Any:
+    """The default group over a TCP store that listens on 127.0.0.1 only; returns a gloo
+    group for host-side barriers (no NCCL call outside the graphs but the warm-up)."""
+    import torch.distributed as dist
+
+    if world > 1 and not port:
+        raise ValueError("MASTER_PORT is needed with more than one rank (use --spawn)")
+    if "lo" in {name for _, name in socket.if_nameindex()}:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets on loopback
+    timeout = datetime.timedelta(seconds=600)
+    if rank == 0:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((LOCALHOST, port))
+        sock.listen(128)
+        store = dist.TCPStore(LOCALHOST, sock.getsockname()[1], world, True, timeout=timeout,
+                              master_listen_fd=sock.detach())
+    else:
+        store = dist.TCPStore(LOCALHOST, port, world, False, timeout=timeout)
+    if device.type == "cuda":
+        dist.init_process_group("nccl", store=store, rank=rank, world_size=world,
+                                timeout=timeout, device_id=device)
+        return dist.new_group(backend="gloo")
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+    return None
+
+
+def _next_request(control: Path, last: int, idle_timeout: float, parent: int) -> int | None:
+    """The round index the launcher asks for next; None when idle too long or orphaned."""
+    deadline = time.monotonic() + idle_timeout
+    while time.monotonic() < deadline and os.getppid() == parent:
+        try:
+            index = int(control.read_text().strip())
+        except (OSError, ValueError):
+            index = -1
+        if index > last:
+            return index
+        time.sleep(0.005)
+    return None
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    parent = os.getppid()
+    out: Path | None = args.out
+    events = Events(out / ROUNDS_FILE if out else None, active=rank == 0)
+    try:
+        return _serve(args, rank, world, local, parent, events)
+    except WrongResult as err:
+        events.emit("wrong_result", message=str(err))
+        print(f"proxy: wrong result: {err}", flush=True)
+        code = EXIT_WRONG_RESULT
+    except BaseException as err:
+        traceback.print_exc()
+        print(f"proxy: rank {rank} failed: {type(err).__name__}: {err}", flush=True)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no teardown: a broken communicator can hang at exit
+
+
+def _serve(args: argparse.Namespace, rank: int, world: int, local: int, parent: int,
+           events: Events) -> int:
+    began = time.monotonic()
+    import torch
+    import torch.distributed as dist
+
+    from launchers.proxy import model as proxy_model
+    from launchers.proxy.shapes import Shape, load_shape, shape_name
+
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if cuda:
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    dtype = torch.bfloat16 if cuda else torch.float32
+    name = shape_name(args.model)
+    shape = Shape.from_config(load_shape(args.model), name)
+    geo = proxy_model.Geometry(shape, ranks=world, batch=args.batch,
+                               draft_tokens=args.draft_tokens, kv_len=args.kv_len,
+                               layers=args.layers, elem_bytes=dtype.itemsize)
+    port = int(os.environ.get("MASTER_PORT") or args.port or 0)
+    ctrl = _init_group(rank, world, device, port)
+    _maybe_fail(args, "init", rank, world)
+    bandwidth, bandwidth_source = _bandwidth(args, device)
+    run_bytes = geo.bytes_per_pass(full=False)
+    if cuda:
+        free = torch.cuda.mem_get_info(device)[0]
+        if run_bytes["total"] > 0.9 * free:
+            per_layer = (run_bytes["total"] - run_bytes["lm_head"]) / geo.layers_run
+            fit = max(1, int((0.8 * free - run_bytes["lm_head"]) // per_layer))
+            raise torch.OutOfMemoryError(
+                f"the proxy needs {run_bytes['total'] / 2**30:.1f} GiB per GPU, "
+                f"{free / 2**30:.1f} GiB free: run fewer layers (--layers {fit})")
+    comm = proxy_model.DistComm() if world > 1 or cuda else proxy_model.LocalComm()
+    model = proxy_model.ProxyModel(geo, rank=rank, device=device, dtype=dtype, seed=args.seed,
+                                   comm=comm)
+    built = time.monotonic()
+    n_allreduce = 2 * shape.num_hidden_layers
+    timed = [Timed("pass", model.forward, device, args.graph),
+             Timed("head", lambda: model.head(model.x), device, args.graph),
+             Timed("allreduce", lambda: model.collectives(n_allreduce), device, args.graph),
+             Timed("allgather", model.gather_only, device, args.graph)]
+    for item in timed:
+        item.prepare()
+    captured = time.monotonic()
+    tolerance = args.tolerance or TOLERANCE[str(dtype).removeprefix("torch.")]
+    gate = Gate(args, tolerance)
+    status = gate.check(timed[0].out) if rank == 0 else {}
+
+    def barrier() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+        if world > 1:
+            dist.barrier(group=ctrl)
+
+    barrier()
+    _maybe_fail(args, "ready", rank, world)
+    label = f"cuda:{torch.cuda.get_device_name(device)}" if cuda else "cpu"
+    graph = bool(args.graph and cuda)
+    fixed = {"graph": graph, "ranks": world, "device": label, "iters": args.iters}
+    events.emit("ready", shape=name, **fixed, dtype=str(dtype).removeprefix("torch."),
+                batch=args.batch, draft_tokens=args.draft_tokens, kv_len=args.kv_len,
+                **geo.describe(), bytes_per_pass=geo.bytes_per_pass()["total"],
+                bytes_per_pass_run=run_bytes["total"], bytes_breakdown=geo.bytes_per_pass(),
+                hbm_bandwidth=bandwidth, hbm_bandwidth_source=bandwidth_source,
+                quantized_checkpoint=shape.quantized, approximation=proxy_model.approximation(),
+                torch=torch.__version__,
+                nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+                setup_s={"build": round(built - began, 3), "capture": round(captured - built, 3)},
+                **status)
+    steps = args.draft_steps or max(1, args.draft_tokens - 1)
+
+    def one_round(index: int) -> None:
+        _maybe_fail(args, "round", rank, world)
+        barrier()
+        for item in timed:
+            item.run()
+        samples = {item.name: item.times_ms(args.iters) for item in timed}
+        if rank == 0:
+            metrics = summarize(samples, geo, accept_length=args.accept_length,
+                                draft_ms=args.draft_ms, draft_steps=steps, bandwidth=bandwidth)
+            check = gate.check(timed[0].out)
+            events.emit("round", round=index, **metrics, **fixed, **check)
+
+    if args.rounds is None:  # rounds on request, until stopped (or idle, or orphaned)
+        assert args.out is not None
+        last = -1
+        while (index := _next_request(args.out / CONTROL_FILE, last, args.idle_timeout,
+                                      parent)) is not None:
+            one_round(index)
+            last = index
+        print(f"proxy: rank {rank}: no round asked for or the launcher is gone; exiting",
+              flush=True)
+        sys.stdout.flush()
+        os._exit(0)  # the other ranks may be gone: no collective teardown
+    for index in range(args.rounds):
+        one_round(index)
+    barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(words)
+    if args.spawn:
+        return spawn(args.spawn, words, args.port)
+    return run_rank(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
