@@ -1,0 +1,215 @@
+"""The HTTP load generator: rounds of streaming ``/generate`` requests at a fixed concurrency.
+
+Requests use SGLang's native endpoint with random fixed-length ``input_ids`` and
+``ignore_eos`` so every request generates exactly ``output_len`` tokens. Streaming chunks
+are CUMULATIVE (shared/reference/sglang.md): tokens are counted from
+``meta_info.completion_tokens``, never by adding chunk lengths up.
+
+Definitions (per round):
+- output tok/s: completion tokens of the completed requests / round wall time.
+- TTFT: request sent -> first chunk with ``completion_tokens > 0``.
+- ITL, per token: a chunk that raises ``completion_tokens`` by k after a gap of g seconds
+  since the previous token-carrying chunk gives k samples of g / k. With speculative
+  decoding one chunk is one draft+verify cycle, so this is cycle time / accepted tokens,
+  and the percentiles are over tokens (first chunk excluded).
+- accept length: sum(completion_tokens) / sum(spec_verify_ct) over the round's requests
+  whose final chunk reports ``spec_verify_ct``; None when none does.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import random
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import requests
+from urllib3.exceptions import ReadTimeoutError
+
+from launchers.sglang.metrics import percentile
+
+TOKEN_ID_RANGE = (1000, 20000)  # valid in any common vocabulary, clear of special tokens
+_PERCENTILES = (50, 90, 99)
+
+
+class BenchError(Exception):
+    """The server could not be reached, dropped a stream, or did not answer in time."""
+
+    def __init__(self, message: str, timed_out: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    input_len: int = 256
+    output_len: int = 256
+    requests_per_round: int | None = None  # None: 4 x concurrency
+    request_timeout: float = 300.0
+    seed: int = 0
+
+
+@dataclass
+class _Outcome:
+    ok: bool
+    tokens: int = 0
+    ttft: float | None = None
+    itl: list[float] = field(default_factory=list)
+    verify_ct: int | None = None
+    error: str = ""
+
+
+class Bench:
+    """Rounds of streaming requests against one server."""
+
+    def __init__(self, base_url: str, settings: BenchSettings) -> None:
+        self.url = base_url.rstrip("/") + "/generate"
+        self.settings = settings
+
+    def prompt(self, tag: str, index: int) -> list[int]:
+        """Seeded random ids, distinct per request so that no prefix is cached."""
+        rng = random.Random(f"{self.settings.seed}:{tag}:{index}")
+        low, high = TOKEN_ID_RANGE
+        return [rng.randrange(low, high) for _ in range(self.settings.input_len)]
+
+    def warmup(self, n: int) -> None:
+        """``n`` requests one after another; results are discarded, errors raise BenchError."""
+        with requests.Session() as session:
+            for i in range(n):
+                outcome = self._request(session, self.prompt("warmup", i))
+                if not outcome.ok:
+                    raise BenchError(f"warm-up request failed: {outcome.error}", timed_out=False)
+
+    def round(self, concurrency: int, round_index: int) -> dict[str, float | None]:
+        """One measured round at ``concurrency``; raises BenchError if the server fails."""
+        total = self.settings.requests_per_round or 4 * concurrency
+        prompts = [self.prompt(f"round{round_index}", i) for i in range(total)]
+        sessions: queue.Queue[requests.Session] = queue.Queue()
+        for _ in range(concurrency):
+            sessions.put(requests.Session())
+        abort = threading.Event()
+
+        def one(ids: list[int]) -> _Outcome | None:
+            if abort.is_set():
+                return None
+            session = sessions.get()
+            try:
+                return self._request(session, ids)
+            except BenchError:
+                abort.set()
+                raise
+            finally:
+                sessions.put(session)
+
+        began = time.perf_counter()
+        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench")
+        try:
+            futures = [pool.submit(one, ids) for ids in prompts]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            errors = [f.exception() for f in done if f.exception() is not None]
+            if errors:
+                abort.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                error = errors[0]
+                raise error if isinstance(error, BenchError) else BenchError(str(error), False)
+            outcomes = [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            while not sessions.empty():
+                sessions.get().close()
+        return summarize([o for o in outcomes if o is not None], time.perf_counter() - began)
+
+    def _request(self, session: requests.Session, ids: list[int]) -> _Outcome:
+        s = self.settings
+        body = {"input_ids": ids, "stream": True,
+                "sampling_params": {"max_new_tokens": s.output_len, "temperature": 0,
+                                    "ignore_eos": True}}
+        sent = time.perf_counter()
+        deadline = sent + s.request_timeout
+        try:
+            with session.post(self.url, json=body, stream=True,
+                              timeout=(min(5.0, s.request_timeout), s.request_timeout)) as resp:
+                if resp.status_code != 200:
+                    return _Outcome(False, error=f"HTTP {resp.status_code}: {resp.text[:200]}")
+                return _read_stream(resp.iter_lines(), sent, deadline)
+        except requests.RequestException as err:
+            # A read timeout while streaming surfaces as a ConnectionError wrapping urllib3's
+            # ReadTimeoutError, not as requests.Timeout.
+            timed_out = isinstance(err, requests.Timeout) or any(
+                isinstance(arg, ReadTimeoutError) for arg in err.args)
+            if timed_out:
+                raise BenchError(f"no answer within {s.request_timeout:g} s: {err}", True) from err
+            raise BenchError(f"request failed: {err}", False) from err
+
+
+def _read_stream(lines: Iterator[bytes], sent: float, deadline: float) -> _Outcome:
+    """Follow one SSE stream of cumulative chunks to ``data: [DONE]``."""
+    outcome = _Outcome(ok=False)
+    last_tokens, last_at = 0, sent
+    meta: dict[str, object] = {}
+    for raw in lines:
+        now = time.perf_counter()
+        if now > deadline:
+            raise BenchError("request ran past its timeout while streaming", True)
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        payload = line[len("data:"):].strip()
+        if payload == "[DONE]":
+            outcome.ok = "error" not in meta
+            break
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            continue
+        if not isinstance(chunk, dict):
+            continue
+        if "error" in chunk:
+            meta = {"error": chunk["error"]}
+            outcome.error = str(chunk["error"])[:200]
+            continue
+        meta = chunk.get("meta_info") or {}
+        tokens = meta.get("completion_tokens")
+        if not isinstance(tokens, int) or tokens <= last_tokens:
+            continue
+        if outcome.ttft is None:
+            outcome.ttft = now - sent
+        else:
+            gap = (now - last_at) / (tokens - last_tokens)
+            outcome.itl.extend([gap] * (tokens - last_tokens))
+        last_tokens, last_at = tokens, now
+    else:
+        outcome.error = outcome.error or "stream ended without [DONE]"
+    outcome.tokens = last_tokens
+    verify = meta.get("spec_verify_ct")
+    outcome.verify_ct = verify if isinstance(verify, int) and not isinstance(verify, bool) else None
+    return outcome
+
+
+def summarize(outcomes: list[_Outcome], round_s: float) -> dict[str, float | None]:
+    """Round metrics from per-request outcomes (missing values are None, never 0)."""
+    good = [o for o in outcomes if o.ok]
+    tokens = sum(o.tokens for o in good)
+    out: dict[str, float | None] = {
+        "output_tok_s": tokens / round_s if good and round_s > 0 else None,
+    }
+    ttft = [o.ttft for o in good if o.ttft is not None]
+    itl = [x for o in good for x in o.itl]
+    for q in _PERCENTILES:
+        p = percentile(ttft, q)
+        out[f"ttft_p{q}_ms"] = None if p is None else 1000.0 * p
+    for q in _PERCENTILES:
+        p = percentile(itl, q)
+        out[f"itl_p{q}_ms"] = None if p is None else 1000.0 * p
+    spec = [o for o in good if o.verify_ct is not None]
+    verify = sum(o.verify_ct or 0 for o in spec)
+    out["accept_length"] = sum(o.tokens for o in spec) / verify if spec and verify > 0 else None
+    out["completed"] = float(len(good))
+    out["failed"] = float(len(outcomes) - len(good))
+    out["round_s"] = round_s
+    return out
