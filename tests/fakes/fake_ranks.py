@@ -1,0 +1,191 @@
+"""One rank ("scheduler") process of the SGLang stand-in. TEST EQUIPMENT ONLY.
+
+Started by tests/fakes/sglang_server.py with the server's own environment, like SGLang's
+spawned schedulers. It writes NCCL-format INFO lines (shared/reference/nccl.md) for the
+NCCL_* variables it inherited, fails at "init" with SGLang's real error texts when told to,
+reports readiness on a pipe, then stays alive until its parent goes away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import TextIO
+
+from search_spaces import knobs
+
+NCCL_VERSION = "2.28.9+cuda13.0"
+DEFAULT_CHANNELS = 24  # what NCCL picks on the modelled 8-GPU PCIe node
+DEFAULT_P2P_CHANNELS = 32
+# Integer parameters print "<value>." after strtoll; others print the raw text.
+INT_PARAMS = frozenset({
+    "NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_NTHREADS",
+    "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER",
+    "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_PXN_DISABLE",
+})
+_NOT_PRINTED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+
+CAPTURE_HELP = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    "3. disable torch compile by not using --enable-torch-compile\n"
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+)
+_TRACEBACK = (
+    "Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", '
+    "line 2966, in run_scheduler_process\n"
+    "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, "
+    "dp_rank)\n"
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/'
+    'cuda_graph_runner.py", line 389, in __init__\n'
+    '    raise Exception(\n'
+)
+_NO_ALGO = ("Error : no algorithm/protocol available for function AllGather with datatype "
+            "ncclInt8. NCCL_ALGO was set to {algo}.")
+STARTUP_FAULTS = {
+    "crash": _TRACEBACK + "Exception: Capture cuda graph failed: CUDA error: an illegal memory "
+             "access was encountered\n" + CAPTURE_HELP,
+    "oom": "Scheduler hit an exception: Traceback (most recent call last):\n"
+           "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n",
+    "global-tree": _TRACEBACK + "Exception: Capture cuda graph failed: NCCL error in: "
+                   "/pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:94, invalid usage (run "
+                   "with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\n"
+                   "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+                   "Last error:\n" + _NO_ALGO + "\n" + CAPTURE_HELP,
+}
+
+
+def strtoll(text: str) -> int:
+    digits = ""
+    for ch in text.strip():
+        if ch.isdigit() or (not digits and ch in "+-"):
+            digits += ch
+        else:
+            break
+    try:
+        return int(digits)
+    except ValueError:
+        return 0
+
+
+def nccl_lines(env: Mapping[str, str], rank: int, tp: int) -> list[str]:
+    """The INIT/ENV/TUNING messages one rank prints (without the line prefix)."""
+    lines = [f"NCCL version {NCCL_VERSION}"]
+    for name in sorted(env):
+        if not name.startswith("NCCL_") or name in _NOT_PRINTED:
+            continue
+        if tp == 1 and name in ("NCCL_ALGO", "NCCL_PROTO"):
+            continue  # one rank: NCCL never reads its algorithm settings
+        value = f"{strtoll(env[name])}." if name in INT_PARAMS else env[name]
+        lines.append(f"{name} set by environment to {value}")
+    comm = f"0x{0x55d0c0000000 + rank * 0x1000:x}"
+    lines.append(f"comm {comm} rank {rank} nRanks {tp} nNodes 1 localRanks {tp} "
+                 f"localRank {rank} MNNVL 0")
+    high = strtoll(env["NCCL_MAX_NCHANNELS"]) if "NCCL_MAX_NCHANNELS" in env else DEFAULT_CHANNELS
+    low = strtoll(env.get("NCCL_MIN_NCHANNELS", "1"))
+    channels = max(1, min(64, max(low, min(high, DEFAULT_CHANNELS))))
+    p2p = min(DEFAULT_P2P_CHANNELS, max(1, high)) if "NCCL_MAX_NCHANNELS" in env \
+        else DEFAULT_P2P_CHANNELS
+    nvls = 16 if tp > 1 and env.get("NCCL_NVLS_ENABLE", "0").strip() not in ("0", "") else 0
+    ring = " ".join(str(r) for r in range(tp))
+    lines += [f"Channel {c:02d}/{channels:02d} : {ring}" for c in range(channels)]
+    lines.append(f"{channels} coll channels, {channels} collnet channels, {nvls} nvls channels, "
+                 f"{p2p} p2p channels, {p2p} p2p channels per peer")
+    if tp > 1:
+        peer = (rank + 1) % tp
+        p2p_off = env.get("NCCL_P2P_LEVEL", "").upper() == "LOC" or \
+            env.get("NCCL_P2P_DISABLE", "0").strip() == "1"
+        cumem = env.get("NCCL_CUMEM_ENABLE", "1").strip() != "0"
+        via = "SHM/direct" if p2p_off else ("P2P/CUMEM/read" if cumem else "P2P/IPC")
+        for c in range(channels):
+            lines.append(f"Channel {c:02d}/0 : {rank}[{rank}] -> {peer}[{peer}] via {via}")
+    lines.append(f"comm {comm} rank {rank} nranks {tp} cudaDev {rank} nvmlDev {rank} "
+                 f"busId {0x18000 + rank * 0x1000:x} commId 0x7a1e5c0ffee - Init COMPLETE")
+    if tp > 1:
+        algo = _token(env.get("NCCL_ALGO"), "ring").upper()
+        proto = _token(env.get("NCCL_PROTO"), "ll").upper()
+        top = min(channels, 4) - 1
+        lines.append(f"AllReduce: 114688 Bytes -> Algo {algo} proto {proto} "
+                     f"channel{{Lo..Hi}}={{0..{top}}}")
+    return lines
+
+
+def _token(value: str | None, default: str) -> str:
+    tokens = knobs.selector_for(value, "allreduce") or []
+    plain = [t for t in tokens if not t.startswith("^")]
+    return plain[0] if plain else default
+
+
+def _nccl_out(env: Mapping[str, str]) -> TextIO | None:
+    if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        return None
+    target = env.get("NCCL_DEBUG_FILE")
+    if not target:
+        return sys.stdout
+    path = target.replace("%h", socket.gethostname()).replace("%p", str(os.getpid()))
+    return open(path, "a", encoding="utf-8")
+
+
+def write_nccl_log(rank: int, tp: int, fault: str | None) -> None:
+    env = dict(os.environ)
+    out = _nccl_out(env)
+    if out is None:
+        return
+    prefix = f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} [{rank}] NCCL"
+    try:
+        for message in nccl_lines(env, rank, tp):
+            out.write(f"{prefix} INFO {message}\n")
+        if fault == "global-tree":
+            algo = env.get("NCCL_ALGO", "Tree")
+            out.write(f"{prefix} WARN enqueue.cc:2003 {_NO_ALGO.format(algo=algo)}\n")
+        out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fake_ranks")
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--tp", type=int, required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--fault", choices=sorted(STARTUP_FAULTS))
+    parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--grandchild", action="store_true")
+    args = parser.parse_args(argv)
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = os.getppid()
+    write_nccl_log(args.rank, args.tp, args.fault)
+    if args.fault:
+        if args.rank == 0:
+            text = STARTUP_FAULTS[args.fault].format(algo=os.environ.get("NCCL_ALGO", "Tree"))
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            sys.stdout.write(f"[{stamp} TP{args.rank}] {text}")
+            sys.stdout.flush()
+        return 1
+    if args.grandchild and args.rank == 0:
+        # Deliberately left behind in its own session: the tuner must reap it by marker.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                         start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.write(args.ready_fd, f"{args.rank}\n".encode())
+    os.close(args.ready_fd)
+    while os.getppid() == parent:  # like SGLang's schedulers: never outlive the server
+        time.sleep(0.05)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
