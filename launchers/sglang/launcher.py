@@ -149,13 +149,16 @@ class SGLangWorkload(Workload):
         if not self.args.preflight:
             return
         try:
-            from launchers.sglang.preflight import check_argv
+            import launchers.sglang.preflight as sglang_parser
         except ModuleNotFoundError as err:
             if err.name != "launchers.sglang.preflight":
                 raise
-            return  # the preflight module is not installed in this checkout
+            return  # the preflight module is not in this checkout
         flags = list(plan.argv[len(self.args.server_cmd):])
-        result = check_argv(flags, python=self.args.preflight_python)
+        # SGLang's parser runs in the interpreter that runs SGLang (a console script's shebang)
+        finder = getattr(sglang_parser, "python_for", None)
+        python = self.args.preflight_python or (finder(self.args.server_cmd) if finder else None)
+        result = sglang_parser.check_argv(flags, python=python)
         if result.ok is False:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang rejected the command: " + result.error))

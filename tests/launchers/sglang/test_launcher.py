@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import launchers.sglang
 from launchers.base import TrialContext
 from launchers.failures import FailureKind, TrialFailed
 from launchers.process import free_port
@@ -180,6 +181,7 @@ def fake_preflight(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Preflight]:
 
     module.check_argv = check_argv  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "launchers.sglang.preflight", module)
+    monkeypatch.setattr(launchers.sglang, "preflight", module, raising=False)
     yield state
 
 
@@ -232,3 +234,12 @@ def test_describe_and_class_attributes() -> None:
     w = workload()
     assert (w.kind, w.default_metric, w.default_mode) == ("sglang", "output_tok_s", "max")
     assert w.describe()["kind"] == "sglang"
+
+
+def test_preflight_without_the_preflight_module(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "launchers.sglang.preflight", None)  # import fails
+    monkeypatch.delattr(launchers.sglang, "preflight", raising=False)
+    w = workload()
+    c = ctx(tmp_path, port=free_port())
+    w.preflight(w.plan(CONFIG, c), c)  # port checked, parser check skipped
