@@ -343,7 +343,8 @@ class ProxyModel:
         local = _norm(x) @ self.head_w
         self.comm.all_gather(self.gather_buf, local)
         full = self.gather_buf.view(geo.ranks, geo.tokens, geo.vocab_shard).transpose(0, 1)
-        return full.reshape(geo.tokens, -1)[:, : geo.shape.vocab_size]
+        # clone: with one rank the reshape is a view of gather_buf, which other graphs reuse
+        return full.reshape(geo.tokens, -1)[:, : geo.shape.vocab_size].clone()
 
     def collectives(self, n_allreduce: int) -> None:
         """The pass's collectives without compute: ``n_allreduce`` all-reduces."""

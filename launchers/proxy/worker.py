@@ -155,12 +155,13 @@ def spawn(n: int, argv: Sequence[str], port: int) -> int:
     while True:
         codes = [child.poll() for child in children]
         failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
-        if failed:
-            rank, code = failed[0]
-            how = f"signal {-code}" if code < 0 else f"code {code}"
-            print(f"proxy: rank {rank} exited with {how}; stopping the other ranks", flush=True)
+        if failed:  # the first is not always the cause: its peers fail on the broken link
+            how = ", ".join(f"rank {rank} exited with " +
+                            (f"signal {-code}" if code < 0 else f"code {code}")
+                            for rank, code in failed)
+            print(f"proxy: {how}; stopping the other ranks", flush=True)
             stop_all()
-            return _exit_like(code)
+            return _exit_like(failed[0][1])
         if all(code == 0 for code in codes):
             return 0
         if os.getppid() != parent:
@@ -322,14 +323,16 @@ class Timed:
             for _ in range(warmup):
                 self.out = self.fn()
             return
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                self.fn()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        torch.cuda.synchronize(self.device)
+        # Warm-up and capture fail alike, as in SGLang's graph runner (its warm-up runs are
+        # part of the capture step): a global NCCL_ALGO=Tree then reads as graph_capture.
         try:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(warmup):
+                    self.fn()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            torch.cuda.synchronize(self.device)
             self.graph = torch.cuda.CUDAGraph()
             # thread_local: queries by NCCL's watchdog thread must not invalidate the capture
             with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
@@ -337,6 +340,7 @@ class Timed:
         except Exception as err:
             print(f"proxy: Capture cuda graph failed ({self.name}): {err}", flush=True)
             raise
+        self.graph.replay()  # capture computes nothing: fill self.out
         torch.cuda.synchronize(self.device)
 
     def run(self) -> None:
@@ -388,6 +392,13 @@ def _bandwidth(args: argparse.Namespace, device: torch.device) -> tuple[float, s
     return nbytes / _percentile(times[1:], 0.5), f"measured: read of {nbytes >> 20} MiB"
 
 
+def _nccl_version() -> str:
+    import torch
+
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def _init_group(rank: int, world: int, device: torch.device, port: int) -> Any:
     """The default group over a TCP store that listens on 127.0.0.1 only; returns a gloo
     group for host-side barriers (no NCCL call outside the graphs but the warm-up)."""
@@ -403,8 +414,13 @@ def _init_group(rank: int, world: int, device: torch.device, port: int) -> Any:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((LOCALHOST, port))
         sock.listen(128)
-        store = dist.TCPStore(LOCALHOST, sock.getsockname()[1], world, True, timeout=timeout,
-                              master_listen_fd=sock.detach())
+        bound, fd = sock.getsockname()[1], sock.detach()
+        try:
+            store = dist.TCPStore(LOCALHOST, bound, world, True, timeout=timeout,
+                                  master_listen_fd=fd)
+        except TypeError:  # a torch without master_listen_fd: its store binds every address
+            os.close(fd)
+            store = dist.TCPStore(LOCALHOST, bound, world, True, timeout=timeout)
     else:
         store = dist.TCPStore(LOCALHOST, port, world, False, timeout=timeout)
     if device.type == "cuda":
@@ -520,7 +536,7 @@ def _serve(args: argparse.Namespace, rank: int, world: int, local: int, parent: 
                 hbm_bandwidth=bandwidth, hbm_bandwidth_source=bandwidth_source,
                 quantized_checkpoint=shape.quantized, approximation=proxy_model.approximation(),
                 torch=torch.__version__,
-                nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+                nccl=_nccl_version() if cuda else None,
                 setup_s={"build": round(built - began, 3), "capture": round(captured - built, 3)},
                 **status)
     steps = args.draft_steps or max(1, args.draft_tokens - 1)

@@ -1,0 +1,80 @@
+"""The proxy model on CPU with one rank: shapes, finiteness, determinism, bytes held."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from launchers.proxy.model import Geometry, ProxyModel, approximation
+from launchers.proxy.shapes import Shape, load_shape
+
+
+def geometry(name: str, **kw: int) -> Geometry:
+    settings = {"batch": 2, "draft_tokens": 3, "kv_len": 32, "elem_bytes": 4, **kw}
+    return Geometry(Shape.from_config(load_shape(name), name), **settings)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-dense"])
+def test_forward_gives_finite_logits(name: str) -> None:
+    geo = geometry(name)
+    logits = ProxyModel(geo, seed=1).forward()
+    assert logits.shape == (6, geo.shape.vocab_size)
+    assert logits.dtype == torch.float32
+    assert bool(torch.isfinite(logits).all())
+    assert 0.1 < float(logits.std()) < 10
+
+
+def test_both_layer_kinds_run() -> None:
+    geo = geometry("tiny")
+    assert geo.layer_kinds() == ("dense", "moe", "moe", "moe")
+    model = ProxyModel(geo)
+    assert "gate_up" in model.layers[0] and "w1" in model.layers[1]
+    assert model.layers[1]["w1"].shape[0] == geo.expert_pool == 12  # 6 tokens x top 2
+
+
+def test_fixed_seed_is_deterministic() -> None:
+    geo = geometry("tiny")
+    a = ProxyModel(geo, seed=3).forward()
+    assert torch.equal(a, ProxyModel(geo, seed=3).forward())
+    assert not torch.allclose(a, ProxyModel(geo, seed=4).forward())
+
+
+def test_bf16_stays_finite() -> None:
+    geo = geometry("tiny", elem_bytes=2)
+    logits = ProxyModel(geo, dtype=torch.bfloat16).forward()
+    assert bool(torch.isfinite(logits.float()).all())
+
+
+@pytest.mark.parametrize("name, ranks, layers, batch", [
+    ("tiny", 1, None, 2), ("tiny", 2, 2, 1), ("tiny", 4, 1, 8), ("tiny-dense", 2, None, 2),
+    ("tiny-dense", 4, 3, 1)])
+def test_held_bytes_are_the_bytes_counted(name: str, ranks: int, layers: int | None,
+                                          batch: int) -> None:
+    """The model holds exactly the tensors the accounting counts, so a pass reads them all."""
+    geo = geometry(name, ranks=ranks, batch=batch, **({"layers": layers} if layers else {}))
+    assert ProxyModel(geo).held_bytes() == geo.bytes_per_pass(full=False)["total"]
+
+
+def test_many_tokens_per_expert() -> None:
+    geo = geometry("tiny", batch=4, draft_tokens=4)  # 16 tokens x 2 > 16 experts
+    assert geo.expert_rounds == 2
+    logits = ProxyModel(geo).forward()
+    assert logits.shape == (16, 1024) and bool(torch.isfinite(logits).all())
+
+
+def test_collectives_and_head_alone_leave_the_logits_alone() -> None:
+    """The pass's output must be its own tensor: the other graphs reuse the gather buffer."""
+    geo = geometry("tiny")
+    model = ProxyModel(geo)
+    logits = model.forward()
+    kept = logits.clone()
+    model.collectives(4)
+    model.gather_only()
+    assert model.head(model.x).shape == (6, 1024)
+    assert torch.equal(logits, kept)
+
+
+def test_approximation_is_stated() -> None:
+    text = " ".join(approximation())
+    for words in ("bf16", "distinct experts", "kv_len", "scaled", "embedding"):
+        assert words in text

@@ -1,0 +1,186 @@
+"""ProxyWorkload: pure plans, preflight, and real 2-rank gloo trials on CPU."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from launchers.failures import FailureKind, TrialFailed
+from launchers.process import LOCALHOST
+from launchers.proxy import launcher
+from launchers.proxy.launcher import ProxyArgs, ProxyWorkload, writes_reference
+from search_spaces.knobs import CATALOGUE
+from tests.launchers.proxy.conftest import MakeCtx
+from tests.launchers.proxy.helpers import REQUIRED, run_trial
+
+FAST = {"model": "tiny", "kv_len": 64, "iters_per_round": 3}
+
+
+def argv_value(argv: tuple[str, ...], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+# ---------------------------------------------------------------- plans
+
+
+def test_supports_env_and_speculative_knobs_only() -> None:
+    w = ProxyWorkload()
+    supported = {n for n, k in CATALOGUE.items() if w.supports(k)}
+    assert {"NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "--speculative-num-draft-tokens",
+            "--speculative-num-steps", "--speculative-eagle-topk"} <= supported
+    assert not supported & {"--disable-custom-all-reduce", "--enable-symm-mem",
+                            "--flashinfer-allreduce-fusion-backend", "--enable-torch-compile"}
+    assert (w.kind, w.default_metric, w.default_mode) == ("proxy", "est_tok_s", "max")
+
+
+def test_cpu_plan(make_ctx: MakeCtx) -> None:
+    ctx = make_ctx()
+    w = ProxyWorkload(ProxyArgs(**FAST))
+    config = {"NCCL_ALGO": "allreduce:tree", "NCCL_BUFFSIZE": None,
+              "--speculative-num-draft-tokens": 6, "--speculative-num-steps": 5}
+    plan = w.plan(config, ctx)
+    assert plan == w.plan(config, ctx)  # pure
+    assert plan.argv[:5] == (sys.executable, "-m", "launchers.proxy.worker", "--spawn", "2")
+    assert argv_value(plan.argv, "--device") == "cpu"
+    assert argv_value(plan.argv, "--draft-tokens") == "6"
+    assert argv_value(plan.argv, "--draft-steps") == "5"
+    assert argv_value(plan.argv, "--out") == str(ctx.trial_dir.absolute())
+    assert Path(argv_value(plan.argv, "--reference")).parent == ctx.trial_dir.parent.absolute()
+    assert "--write-reference" not in plan.argv  # an NCCL override never writes it
+    assert plan.env == {"NCCL_ALGO": "allreduce:tree"} and plan.unset_env == ("NCCL_BUFFSIZE",)
+    assert any("no effect on CPU" in n for n in plan.notes)
+
+
+def test_baseline_writes_reference(make_ctx: MakeCtx) -> None:
+    w = ProxyWorkload(ProxyArgs(**FAST))
+    assert "--write-reference" in w.plan({"NCCL_ALGO": None}, make_ctx()).argv
+    assert "--write-reference" in w.plan({"NCCL_NVLS_ENABLE": 0}, make_ctx()).argv  # the pin
+    assert writes_reference({"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"})
+    assert not writes_reference({"NCCL_NVLS_ENABLE": "1"})
+    off = ProxyWorkload(ProxyArgs(**FAST, check_correctness=False)).plan({}, make_ctx())
+    assert "--no-check" in off.argv and "--reference" not in off.argv
+
+
+def test_reference_key_follows_the_output(make_ctx: MakeCtx) -> None:
+    def ref(args: ProxyArgs, config: dict[str, int] | None = None) -> str:
+        return argv_value(ProxyWorkload(args).plan(config or {}, make_ctx()).argv, "--reference")
+
+    base = ref(ProxyArgs(**FAST))
+    assert base == ref(ProxyArgs(**{**FAST, "iters_per_round": 9}, graph=False))  # timing only
+    assert base == ref(ProxyArgs(**FAST, layers=4))  # all 4 layers: no subset
+    assert base == ref(ProxyArgs(**FAST, layers=9))  # more than the model has: all of them
+    assert base != ref(ProxyArgs(**FAST, layers=2))
+    assert base != ref(ProxyArgs(**FAST, ranks=1))
+    assert base != ref(ProxyArgs(**FAST, batch=2))
+    assert base != ref(ProxyArgs(**FAST), {"--speculative-num-draft-tokens": 6})
+
+
+def test_gpu_plan(make_ctx: MakeCtx, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher, "_cuda_available", lambda: True)
+    ctx = make_ctx(gpu_ids=("2", "3"))
+    plan = ProxyWorkload(ProxyArgs(model="kimi-k2.5", layers=2)).plan({"NCCL_PROTO": "LL"}, ctx)
+    assert argv_value(plan.argv, "--device") == "cuda"
+    assert argv_value(plan.argv, "--spawn") == "2"
+    assert argv_value(plan.argv, "--layers") == "2"
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3" and plan.env["NCCL_PROTO"] == "LL"
+    assert plan.env["NCCL_DEBUG"] == "INFO"  # launchers.nccl_log is present
+    assert any("scaled" in n for n in plan.notes)
+    default = ProxyWorkload().plan({}, ctx)
+    assert argv_value(default.argv, "--model") == "llama-3.1-70b"
+    cpu = ProxyWorkload().plan({}, make_ctx())  # no GPUs given: CPU
+    assert argv_value(cpu.argv, "--device") == "cpu" and argv_value(cpu.argv, "--model") == "tiny"
+
+
+@pytest.mark.parametrize("args, match", [
+    (ProxyArgs(model="no-such-model"), "unknown model shape"),
+    (ProxyArgs(model="tiny", ranks=3), "split over 3"),
+])
+def test_preflight_rejects_bad_shapes(args: ProxyArgs, match: str, make_ctx: MakeCtx) -> None:
+    w = ProxyWorkload(args)
+    ctx = make_ctx()
+    with pytest.raises(TrialFailed, match=match) as err:
+        w.preflight(w.plan({}, ctx), ctx)
+    assert err.value.failure.kind is FailureKind.INVALID_CONFIG
+
+
+def test_preflight_port_busy(make_ctx: MakeCtx) -> None:
+    with socket.socket() as sock:
+        sock.bind((LOCALHOST, 0))
+        sock.listen(1)
+        w = ProxyWorkload(ProxyArgs(**FAST, port=sock.getsockname()[1]))
+        ctx = make_ctx()
+        with pytest.raises(TrialFailed) as err:
+            w.preflight(w.plan({}, ctx), ctx)
+    assert err.value.failure.kind is FailureKind.PORT_BUSY
+
+
+# ---------------------------------------------------------------- real trials (2 gloo ranks)
+
+
+def test_two_ranks_ready_and_rounds(make_ctx: MakeCtx) -> None:
+    ctx = make_ctx()
+    running, info, rounds = run_trial(ProxyWorkload(ProxyArgs(**FAST)), {}, ctx, rounds=2)
+    assert info["ranks"] == 2 and info["device"] == "cpu" and info["graph"] is False
+    assert info["correctness"] == "reference_written"
+    assert info["bytes_per_pass"] == info["bytes_breakdown"]["total"] > 0
+    assert len(info["approximation"]) >= 4
+    for index, m in enumerate(rounds):
+        assert set(REQUIRED) <= set(m)
+        assert m["round"] == index and m["correctness"] == "pass" and m["rel_err"] == 0.0
+        assert m["verify_ms"] > 0 and m["allreduce_ms"] > 0 and m["est_tok_s"] > 0
+        assert m["allreduce_share"] > 0 and m["scaled"] is False
+        assert m["bytes_per_pass"] == info["bytes_per_pass"]
+    assert running.effective() == {}  # no NCCL on CPU
+    assert (ctx.trial_dir / "proxy.log").exists()
+    assert running.process.poll() is not None  # stopped
+
+
+def test_repeat_passes_and_tampered_reference_fails(make_ctx: MakeCtx) -> None:
+    w = ProxyWorkload(ProxyArgs(**FAST))
+    _, first, _ = run_trial(w, {}, make_ctx("base"))
+    assert first["correctness"] == "reference_written"
+    _, again, rounds = run_trial(w, {"NCCL_ALGO": "allreduce:ring"}, make_ctx("repeat"))
+    assert again["correctness"] == "pass" and rounds[0]["correctness"] == "pass"
+
+    path = Path(argv_value(w.plan({}, make_ctx()).argv, "--reference"))
+    data = torch.load(path, weights_only=True)
+    data["logits"] = data["logits"] * 1.1
+    torch.save(data, path)
+    with pytest.raises(TrialFailed) as err:
+        run_trial(w, {"NCCL_ALGO": "allreduce:ring"}, make_ctx("tampered"))
+    failure = err.value.failure
+    assert failure.kind is FailureKind.WRONG_RESULT
+    assert "relative L2 error" in failure.message
+
+
+def test_rank_crash_mid_benchmark(make_ctx: MakeCtx) -> None:
+    ctx = make_ctx()
+    with pytest.raises(TrialFailed) as err:
+        run_trial(ProxyWorkload(ProxyArgs(**FAST)), {}, ctx, extra_argv=("--fail-at", "round"))
+    failure = err.value.failure
+    assert failure.kind is FailureKind.CRASHED_MID_BENCHMARK
+    assert failure.message.startswith("round 0:")
+    assert "injected failure at round" in failure.log_tail
+    assert "stopping the other ranks" in failure.log_tail
+
+
+def test_rank_crash_at_start_is_classified(make_ctx: MakeCtx) -> None:
+    """The combined log goes through classify(): NCCL's text names the kind."""
+    text = ("NCCL error in: ProcessGroupNCCL.cpp:1, invalid usage, NCCL version 2.28.9 "
+            "Last error: No algorithm/protocol available for function AllGather")
+    with pytest.raises(TrialFailed) as err:
+        run_trial(ProxyWorkload(ProxyArgs(**FAST)), {}, make_ctx(),
+                  extra_argv=("--fail-at", "init", "--fail-rank", "0", "--fail-message", text))
+    assert err.value.failure.kind is FailureKind.NCCL_INVALID_USAGE
+    assert err.value.failure.returncode == 1
+
+
+def test_round_timeout_is_a_hang(make_ctx: MakeCtx) -> None:
+    w = ProxyWorkload(ProxyArgs(**{**FAST, "iters_per_round": 1_000_000}, round_timeout=1.0))
+    with pytest.raises(TrialFailed) as err:
+        run_trial(w, {}, make_ctx())
+    assert err.value.failure.kind is FailureKind.BENCHMARK_HANG
