@@ -450,10 +450,23 @@ def run_rank(args: argparse.Namespace) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     parent = os.getppid()
-    out: Path | None = args.out
-    events = Events(out / ROUNDS_FILE if out else None, active=rank == 0)
+    events = Events(args.out / ROUNDS_FILE if args.out else None, active=rank == 0)
     try:
-        return _serve(args, rank, world, local, parent, events)
+        worker = Rank(args, rank, world, local, events)
+        worker.setup()
+        if args.rounds is not None:
+            for i in range(args.rounds):
+                worker.round(i)
+            worker.close()
+            return 0
+        assert args.out is not None  # rounds on request, until stopped (or idle, or orphaned)
+        last = -1
+        while (index := _next_request(args.out / CONTROL_FILE, last, args.idle_timeout,
+                                      parent)) is not None:
+            worker.round(index)
+            last = index
+        print(f"proxy: rank {rank}: no round asked for, or the launcher is gone", flush=True)
+        code = 0
     except WrongResult as err:
         events.emit("wrong_result", message=str(err))
         print(f"proxy: wrong result: {err}", flush=True)
@@ -464,111 +477,122 @@ def run_rank(args: argparse.Namespace) -> int:
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)  # no teardown: a broken communicator can hang at exit
+    os._exit(code)  # no teardown: a broken communicator (or a peer gone) can hang at exit
 
 
-def _serve(args: argparse.Namespace, rank: int, world: int, local: int, parent: int,
-           events: Events) -> int:
-    began = time.monotonic()
-    import torch
-    import torch.distributed as dist
+class Rank:
+    """One rank: set up (group, model, graphs, gate, ready line), then time rounds."""
 
-    from launchers.proxy import model as proxy_model
-    from launchers.proxy.shapes import Shape, load_shape, shape_name
+    def __init__(self, args: argparse.Namespace, rank: int, world: int, local: int,
+                 events: Events) -> None:
+        self.args, self.rank, self.world, self.local, self.events = (
+            args, rank, world, local, events)
+        self.timed: list[Timed] = []
+        self.fixed: dict[str, Any] = {}
 
-    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    if cuda:
-        device = torch.device("cuda", local)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    dtype = torch.bfloat16 if cuda else torch.float32
-    name = shape_name(args.model)
-    shape = Shape.from_config(load_shape(args.model), name)
-    geo = proxy_model.Geometry(shape, ranks=world, batch=args.batch,
-                               draft_tokens=args.draft_tokens, kv_len=args.kv_len,
-                               layers=args.layers, elem_bytes=dtype.itemsize)
-    port = int(os.environ.get("MASTER_PORT") or args.port or 0)
-    ctrl = _init_group(rank, world, device, port)
-    _maybe_fail(args, "init", rank, world)
-    bandwidth, bandwidth_source = _bandwidth(args, device)
-    run_bytes = geo.bytes_per_pass(full=False)
-    if cuda:
-        free = torch.cuda.mem_get_info(device)[0]
-        if run_bytes["total"] > 0.9 * free:
-            per_layer = (run_bytes["total"] - run_bytes["lm_head"]) / geo.layers_run
-            fit = max(1, int((0.8 * free - run_bytes["lm_head"]) // per_layer))
-            raise torch.OutOfMemoryError(
-                f"the proxy needs {run_bytes['total'] / 2**30:.1f} GiB per GPU, "
-                f"{free / 2**30:.1f} GiB free: run fewer layers (--layers {fit})")
-    comm = proxy_model.DistComm() if world > 1 or cuda else proxy_model.LocalComm()
-    model = proxy_model.ProxyModel(geo, rank=rank, device=device, dtype=dtype, seed=args.seed,
-                                   comm=comm)
-    built = time.monotonic()
-    n_allreduce = 2 * shape.num_hidden_layers
-    timed = [Timed("pass", model.forward, device, args.graph),
-             Timed("head", lambda: model.head(model.x), device, args.graph),
-             Timed("allreduce", lambda: model.collectives(n_allreduce), device, args.graph),
-             Timed("allgather", model.gather_only, device, args.graph)]
-    for item in timed:
-        item.prepare()
-    captured = time.monotonic()
-    tolerance = args.tolerance or TOLERANCE[str(dtype).removeprefix("torch.")]
-    gate = Gate(args, tolerance)
-    status = gate.check(timed[0].out) if rank == 0 else {}
+    def setup(self) -> None:
+        began = time.monotonic()
+        import torch
 
-    def barrier() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-        if world > 1:
-            dist.barrier(group=ctrl)
+        from launchers.proxy import model as proxy_model
+        from launchers.proxy.shapes import Shape, load_shape, shape_name
 
-    barrier()
-    _maybe_fail(args, "ready", rank, world)
-    label = f"cuda:{torch.cuda.get_device_name(device)}" if cuda else "cpu"
-    graph = bool(args.graph and cuda)
-    fixed = {"graph": graph, "ranks": world, "device": label, "iters": args.iters}
-    events.emit("ready", shape=name, **fixed, dtype=str(dtype).removeprefix("torch."),
-                batch=args.batch, draft_tokens=args.draft_tokens, kv_len=args.kv_len,
-                **geo.describe(), bytes_per_pass=geo.bytes_per_pass()["total"],
-                bytes_per_pass_run=run_bytes["total"], bytes_breakdown=geo.bytes_per_pass(),
-                hbm_bandwidth=bandwidth, hbm_bandwidth_source=bandwidth_source,
-                quantized_checkpoint=shape.quantized, approximation=proxy_model.approximation(),
-                torch=torch.__version__,
-                nccl=_nccl_version() if cuda else None,
-                setup_s={"build": round(built - began, 3), "capture": round(captured - built, 3)},
-                **status)
-    steps = args.draft_steps or max(1, args.draft_tokens - 1)
+        args, rank, world = self.args, self.rank, self.world
+        self.cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+        if self.cuda:
+            self.device = torch.device("cuda", self.local)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        dtype = torch.bfloat16 if self.cuda else torch.float32
+        name = shape_name(args.model)
+        shape = Shape.from_config(load_shape(args.model), name)
+        geo = self.geo = proxy_model.Geometry(
+            shape, ranks=world, batch=args.batch, draft_tokens=args.draft_tokens,
+            kv_len=args.kv_len, layers=args.layers, elem_bytes=dtype.itemsize)
+        port = int(os.environ.get("MASTER_PORT") or args.port or 0)
+        self.ctrl = _init_group(rank, world, self.device, port)
+        _maybe_fail(args, "init", rank, world)
+        self.bandwidth, bandwidth_source = _bandwidth(args, self.device)
+        run_bytes = geo.bytes_per_pass(full=False)
+        if self.cuda:
+            _check_fits(run_bytes, geo.layers_run, torch.cuda.mem_get_info(self.device)[0])
+        comm = proxy_model.DistComm() if world > 1 or self.cuda else proxy_model.LocalComm()
+        model = proxy_model.ProxyModel(geo, rank=rank, device=self.device, dtype=dtype,
+                                       seed=args.seed, comm=comm)
+        built = time.monotonic()
+        n_allreduce = 2 * shape.num_hidden_layers
+        self.timed = [Timed("pass", model.forward, self.device, args.graph),
+                      Timed("head", lambda: model.head(model.x), self.device, args.graph),
+                      Timed("allreduce", lambda: model.collectives(n_allreduce), self.device,
+                            args.graph),
+                      Timed("allgather", model.gather_only, self.device, args.graph)]
+        for item in self.timed:
+            item.prepare()
+        captured = time.monotonic()
+        dtype_name = str(dtype).removeprefix("torch.")
+        self.gate = Gate(args, args.tolerance or TOLERANCE[dtype_name])
+        status = self.gate.check(self.timed[0].out) if rank == 0 else {}
+        self.barrier()
+        _maybe_fail(args, "ready", rank, world)
+        label = f"cuda:{torch.cuda.get_device_name(self.device)}" if self.cuda else "cpu"
+        self.fixed = {"graph": bool(args.graph and self.cuda), "ranks": world, "device": label,
+                      "iters": args.iters}
+        self.events.emit(
+            "ready", shape=name, **self.fixed, dtype=dtype_name, batch=args.batch,
+            draft_tokens=args.draft_tokens, kv_len=args.kv_len, **geo.describe(),
+            bytes_per_pass=geo.bytes_per_pass()["total"], bytes_per_pass_run=run_bytes["total"],
+            bytes_breakdown=geo.bytes_per_pass(), hbm_bandwidth=self.bandwidth,
+            hbm_bandwidth_source=bandwidth_source, quantized_checkpoint=shape.quantized,
+            approximation=proxy_model.approximation(), torch=torch.__version__,
+            nccl=_nccl_version() if self.cuda else None,
+            setup_s={"build": round(built - began, 3), "capture": round(captured - built, 3)},
+            **status)
 
-    def one_round(index: int) -> None:
-        _maybe_fail(args, "round", rank, world)
-        barrier()
-        for item in timed:
+    def barrier(self) -> None:
+        """All ranks here, the GPU idle (a gloo barrier: no NCCL call outside the graphs)."""
+        import torch
+        import torch.distributed as dist
+
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        if self.world > 1:
+            dist.barrier(group=self.ctrl)
+
+    def round(self, index: int) -> None:
+        args = self.args
+        _maybe_fail(args, "round", self.rank, self.world)
+        self.barrier()
+        for item in self.timed:
             item.run()
-        samples = {item.name: item.times_ms(args.iters) for item in timed}
-        if rank == 0:
-            metrics = summarize(samples, geo, accept_length=args.accept_length,
-                                draft_ms=args.draft_ms, draft_steps=steps, bandwidth=bandwidth)
-            check = gate.check(timed[0].out)
-            events.emit("round", round=index, **metrics, **fixed, **check)
+        samples = {item.name: item.times_ms(args.iters) for item in self.timed}
+        if self.rank == 0:
+            metrics = summarize(samples, self.geo, accept_length=args.accept_length,
+                                draft_ms=args.draft_ms,
+                                draft_steps=args.draft_steps or max(1, args.draft_tokens - 1),
+                                bandwidth=self.bandwidth)
+            check = self.gate.check(self.timed[0].out)
+            self.events.emit("round", round=index, **metrics, **self.fixed, **check)
 
-    if args.rounds is None:  # rounds on request, until stopped (or idle, or orphaned)
-        assert args.out is not None
-        last = -1
-        while (index := _next_request(args.out / CONTROL_FILE, last, args.idle_timeout,
-                                      parent)) is not None:
-            one_round(index)
-            last = index
-        print(f"proxy: rank {rank}: no round asked for or the launcher is gone; exiting",
-              flush=True)
-        sys.stdout.flush()
-        os._exit(0)  # the other ranks may be gone: no collective teardown
-    for index in range(args.rounds):
-        one_round(index)
-    barrier()
-    dist.destroy_process_group()
-    return 0
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        self.barrier()
+        dist.destroy_process_group()
+
+
+def _check_fits(run_bytes: Mapping[str, int], layers: int, free: int) -> None:
+    """Refuse a model that does not fit, naming the --layers that would (CUDA OOM kind)."""
+    import torch
+
+    if run_bytes["total"] <= 0.9 * free:
+        return
+    per_layer = (run_bytes["total"] - run_bytes["lm_head"]) / layers
+    fit = max(1, int((0.8 * free - run_bytes["lm_head"]) // per_layer))
+    raise torch.OutOfMemoryError(
+        f"the proxy needs {run_bytes['total'] / 2**30:.1f} GiB per GPU, "
+        f"{free / 2**30:.1f} GiB free: run fewer layers (--layers {fit})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
