@@ -234,8 +234,9 @@ class SGLangRunning(Running):
             except BenchError as err:
                 raise TrialFailed(self._bench_failure(err, where)) from err
             if self.process.poll() is not None or not result["completed"]:
-                raise TrialFailed(self._bench_failure(BenchError(
-                    f"{int(result['failed'] or 0)} of the round's requests failed", False), where))
+                what = ("the server exited during the round" if self.process.poll() is not None
+                        else f"all {int(result['failed'] or 0)} requests of the round failed")
+                raise TrialFailed(self._bench_failure(BenchError(what, False), where))
             after = metrics.scrape(self.base_url) if self.args.metrics else None
             result.update(metrics.per_cycle(before, after))
             per[c] = result

@@ -51,7 +51,8 @@ _TRACEBACK = (
     'cuda_graph_runner.py", line 389, in __init__\n'
     '    raise Exception(\n'
 )
-_NO_ALGO = ("Error : no algorithm/protocol available for function AllGather with datatype "
+# NCCL >= 2.2x spelling (older releases: "Error : no algorithm/protocol available ...").
+_NO_ALGO = ("No algorithm/protocol available for function AllGather with datatype "
             "ncclInt8. NCCL_ALGO was set to {algo}.")
 STARTUP_FAULTS = {
     "crash": _TRACEBACK + "Exception: Capture cuda graph failed: CUDA error: an illegal memory "
@@ -168,12 +169,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = os.getppid()
     write_nccl_log(args.rank, args.tp, args.fault)
-    if args.fault:
-        if args.rank == 0:
-            text = STARTUP_FAULTS[args.fault].format(algo=os.environ.get("NCCL_ALGO", "Tree"))
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            sys.stdout.write(f"[{stamp} TP{args.rank}] {text}")
-            sys.stdout.flush()
+    if args.fault and args.rank == 0:
+        text = STARTUP_FAULTS[args.fault].format(algo=os.environ.get("NCCL_ALGO", "Tree"))
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        sys.stdout.write(f"[{stamp} TP{args.rank}] {text}")
+        sys.stdout.flush()
+        return 1
+    if args.fault:  # the other ranks wait in a collective that rank 0 never joins
+        while os.getppid() == parent:
+            time.sleep(0.05)
         return 1
     if args.grandchild and args.rank == 0:
         # Deliberately left behind in its own session: the tuner must reap it by marker.

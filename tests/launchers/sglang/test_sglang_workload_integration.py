@@ -119,7 +119,8 @@ def test_startup_failures_are_classified(trial: Trial, fake_args: list[str],
     assert failure.kind is kind
     assert failure.returncode == 1
     if config:
-        assert "no algorithm/protocol available for function AllGather" in failure.log_tail
+        assert "No algorithm/protocol available for function AllGather" in failure.log_tail
+        assert "allreduce:" in failure.hint  # failures.hint points at the per-collective form
 
 
 def test_global_tree_with_one_rank_runs(trial: Trial) -> None:
