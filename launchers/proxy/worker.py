@@ -40,14 +40,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # torch is imported by ranks only: the root stays light
+from launchers.process import LOCALHOST, free_port
+
+if TYPE_CHECKING:  # ranks import torch where they need it: the root stays light
     import torch
 
     from launchers.proxy.model import Geometry
 
 ROUNDS_FILE = "proxy_rounds.jsonl"
 CONTROL_FILE = "proxy_control"
-LOCALHOST = "127.0.0.1"
 H200_BANDWIDTH = 4.3e12  # B/s per GPU, small-batch matmuls measured here (shared/reference/nccl.md)
 TOLERANCE = {"bfloat16": 2e-2, "float32": 1e-4}  # relative L2 error of the logits
 EXIT_WRONG_RESULT = 3
@@ -122,8 +123,6 @@ def _exit_like(code: int) -> int:
 
 def spawn(n: int, argv: Sequence[str], port: int) -> int:
     """Start ranks 0..n-1 with the torch.distributed env; stop them all when one fails."""
-    from launchers.process import free_port
-
     port = port or free_port()
     rank_argv = [sys.executable, "-m", "launchers.proxy.worker", *_without_spawn(argv)]
     children: list[subprocess.Popen[bytes]] = []
