@@ -38,7 +38,7 @@ def test_tiny_captures_and_times(make_ctx: MakeCtx) -> None:
         assert set(REQUIRED) <= set(m)
         assert m["graph"] is True and m["ranks"] == 1 and m["scaled"] is False
         assert m["verify_ms"] > 0 and m["verify_p10_ms"] <= m["verify_ms"] <= m["verify_p90_ms"]
-        assert m["correctness"] == "pass" and m["rel_err"] == 0.0
+        assert m["correctness"] == "pass" and m["rel_err"] < 1e-3  # replays repeat the pass
         assert m["est_tok_s"] > 0 and m["hbm_floor_ms"] > 0
     assert isinstance(running.effective().get("warnings", []), list)
 
