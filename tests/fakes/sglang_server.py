@@ -4,7 +4,8 @@ Run as ``python -m tests.fakes.sglang_server <sglang flags> [--fake-* switches]`
 SGLang's CLI (unknown flags are an argparse error, like SGLang), logs SGLang's real lines,
 serves SGLang's endpoints (``/health_generate``, ``/health``, ``/ready``, ``/server_info``,
 ``/metrics``, streaming ``/generate``, ...) with SGLang's formats (shared/reference/sglang.md),
-and takes its timing from tests/fakes/cost_model.py. Rank processes (fake_ranks.py) are
+and takes its timing from tests/fakes/cost_model.py through a batching scheduler loop
+(fake_engine.py). Rank processes (fake_ranks.py) are
 started from this process's environment and write NCCL's INFO lines, so the NCCL_* settings
 a test passes can be read back from NCCL-format logs.
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import select
 import signal
 import subprocess
@@ -26,25 +26,17 @@ import sys
 import threading
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from queue import Queue
 from typing import Any
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from search_spaces.knobs import CATALOGUE, KnobKind, Value
 from tests.fakes import cost_model
 from tests.fakes.cost_model import SpecParams, Timing
+from tests.fakes.fake_engine import Engine, Metrics, Request, log
 
 VERSION = "0.5.23"
 FAULTS = ("crash-startup", "hang-startup", "oom-startup", "die-mid-round", "hang-mid-round",
@@ -52,15 +44,6 @@ FAULTS = ("crash-startup", "hang-startup", "oom-startup", "die-mid-round", "hang
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 READY_LINE = "The server is fired up and ready to roll!"
 ROOT = Path(__file__).resolve().parents[2]
-_print_lock = threading.Lock()
-
-
-def log(message: str, tag: str = "") -> None:
-    """SGLang's log format: ``[YYYY-mm-dd HH:MM:SS TP0] message``."""
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S") + (f" {tag}" if tag else "")
-    with _print_lock:
-        sys.stdout.write(f"[{stamp}] {message}\n")
-        sys.stdout.flush()
 
 
 # ---------------------------------------------------------------- the CLI
@@ -149,234 +132,6 @@ def flag_values(args: argparse.Namespace) -> dict[str, Value]:
             "--flashinfer-allreduce-fusion-backend" not in out:
         out["--flashinfer-allreduce-fusion-backend"] = "auto"
     return out
-
-
-# ---------------------------------------------------------------- metrics
-
-
-class Metrics:
-    """SGLang's Prometheus series, with SGLang's names and labels."""
-
-    def __init__(self, model_name: str, ranks: list[int]) -> None:
-        self.registry = CollectorRegistry()
-        self.labels = [{"model_name": model_name, "engine_type": "unified", "tp_rank": str(r),
-                        "pp_rank": "0", "moe_ep_rank": "0"} for r in ranks]
-        names = list(self.labels[0])
-        r = self.registry
-        self.forward_s = Counter(
-            "sglang:forward_execution_seconds",
-            "Total time that GPU is busy executing model forward passes. "
-            "Refer to ForwardMode for category labels.", [*names, "category"], registry=r)
-        self.passes = Counter("sglang:cuda_graph_passes",
-                              "Total number of forward passes categorized by CUDA graph.",
-                              [*names, "mode"], registry=r)
-        self.prompt_tokens = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.",
-                                     names, registry=r)
-        self.generation_tokens = Counter("sglang:generation_tokens",
-                                         "Number of generation tokens processed.", names,
-                                         registry=r)
-        self.running = Gauge("sglang:num_running_reqs", "The number of running requests.", names,
-                             registry=r)
-        self.queued = Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.",
-                            names, registry=r)
-        self.gen_throughput = Gauge("sglang:gen_throughput", "The generation throughput (token/s).",
-                                    names, registry=r)
-        self.accept_length = Gauge("sglang:spec_accept_length",
-                                   "The average acceptance length of speculative decoding.",
-                                   names, registry=r)
-        self.accept_rate = Gauge("sglang:spec_accept_rate",
-                                 "The average acceptance rate of speculative decoding.", names,
-                                 registry=r)
-        self.is_cuda_graph = Gauge("sglang:is_cuda_graph", "Whether the batch is using CUDA graph.",
-                                   names, registry=r)
-        self.ttft = Histogram("sglang:time_to_first_token_seconds",
-                              "Histogram of time to first token in seconds.", names, registry=r,
-                              buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 5.0))
-
-    def each(self, metric: Any, extra: dict[str, str] | None = None) -> list[Any]:
-        return [metric.labels(**{**labels, **(extra or {})}) for labels in self.labels]
-
-    def text(self) -> bytes:
-        return generate_latest(self.registry)
-
-
-# ---------------------------------------------------------------- the engine
-
-
-@dataclass
-class Request:
-    rid: str
-    prompt_len: int
-    max_new: int
-    created: float = field(default_factory=time.time)
-    tokens: int = 0
-    verify_ct: int = 0
-    correct: int = 0
-    proposed: int = 0
-    carry: float = 0.0  # error diffusion: the mean accepted tokens per cycle is exact
-    aborted: bool = False
-    out: Queue[tuple[int, bool]] = field(default_factory=Queue)  # (completion tokens, finished)
-
-
-class Engine(threading.Thread):
-    """One scheduler loop: prefill new requests, then draft+verify cycles over the batch."""
-
-    def __init__(self, server: FakeServer) -> None:
-        super().__init__(name="scheduler", daemon=True)
-        self.server = server
-        self.cond = threading.Condition()
-        self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []
-        self.finished = 0
-        self.passes = 0
-        self.rng = random.Random(server.seed)
-        self.accepted_total = 0  # since start or /flush_cache, for avg_spec_accept_length
-        self.verify_total = 0
-        self.step_times: dict[str, list[float]] = {}
-        self.window: list[tuple[int, int, int, float]] = []  # (tokens, verify ct, correct, s)
-        self.halted = False
-
-    def submit(self, req: Request) -> None:
-        with self.cond:
-            self.waiting.append(req)
-            self.cond.notify()
-
-    def flush(self) -> None:
-        with self.cond:
-            self.accepted_total = self.verify_total = 0
-
-    def run(self) -> None:
-        while True:
-            with self.cond:
-                while not self.waiting and not self.running:
-                    self.cond.wait()
-                new = list(self.waiting)
-                self.waiting.clear()
-            if self.halted:
-                time.sleep(3600)
-            if new:
-                self._prefill(new)
-            self.running = [r for r in self.running if not r.aborted]
-            if self.running:
-                self._cycle()
-
-    def _sleep(self, model_ms: float) -> None:
-        time.sleep(model_ms * self.server.args.fake_time_scale / 1000.0)
-
-    def _prefill(self, new: list[Request]) -> None:
-        s = self.server
-        ms = cost_model.noisy(cost_model.PREFILL_MS * len(new), s.args.fake_noise, self.rng)
-        self._sleep(ms)
-        if s.device_timer:
-            for c in s.metrics.each(s.metrics.forward_s, {"category": "extend"}):
-                c.inc(ms / 1000.0)
-        for c in s.metrics.each(s.metrics.passes, {"mode": "prefill_none"}):
-            c.inc()
-        for c in s.metrics.each(s.metrics.prompt_tokens):
-            c.inc(sum(r.prompt_len for r in new))
-        for req in new:
-            req.tokens = 1  # prefill samples the first token
-            req.out.put((1, req.max_new <= 1))
-            for h in s.metrics.each(s.metrics.ttft):
-                h.observe(time.time() - req.created)
-            if req.max_new <= 1:
-                self._finish(req)
-            else:
-                self.running.append(req)
-
-    def _cycle(self) -> None:
-        s = self.server
-        batch = len(self.running)
-        t = s.timing(batch)
-        noise = s.args.fake_noise
-        verify = cost_model.noisy(t.verify_ms, noise, self.rng)
-        draft = cost_model.noisy(t.draft_ms, noise, self.rng)
-        cycle = verify + draft + t.overhead_ms
-        self._sleep(cycle)
-        m = s.metrics
-        if s.device_timer:
-            if s.spec.on:
-                for c in m.each(m.forward_s, {"category": "target_verify"}):
-                    c.inc(verify / 1000.0)
-                for c in m.each(m.forward_s, {"category": "eagle_draft"}):
-                    c.inc(0.8 * draft / 1000.0)
-                for c in m.each(m.forward_s, {"category": "eagle_draft_extend"}):
-                    c.inc(0.2 * draft / 1000.0)
-            else:
-                for c in m.each(m.forward_s, {"category": "decode"}):
-                    c.inc(verify / 1000.0)
-        for c in m.each(m.passes, {"mode": "decode_cuda_graph" if t.graph else "decode_none"}):
-            c.inc()
-        for g in m.each(m.is_cuda_graph):
-            g.set(1 if t.graph else 0)
-        if s.record_step_time:
-            with self.cond:
-                self.step_times.setdefault(str(batch), []).append(cycle / 1000.0)
-        _, _, drafts = s.spec.resolved()
-        emitted = 0
-        for req in list(self.running):
-            req.carry += t.accept_length
-            k = max(1, min(int(req.carry), req.max_new - req.tokens))
-            req.carry -= int(req.carry)
-            req.tokens += k
-            req.verify_ct += 1
-            req.correct += k - 1
-            req.proposed += drafts - 1
-            emitted += k
-            with self.cond:
-                self.accepted_total += k
-                self.verify_total += 1
-            done = req.tokens >= req.max_new
-            req.out.put((req.tokens, done))
-            if done:
-                self.running.remove(req)
-                self._finish(req)
-        for c in m.each(m.generation_tokens):
-            c.inc(emitted)
-        self.passes += 1
-        self.window.append((emitted, batch, emitted - batch, cycle / 1000.0))
-        if self.passes % max(1, s.args.decode_log_interval) == 0:
-            self._log_decode(t.graph)
-
-    def _log_decode(self, graph: bool) -> None:
-        s = self.server
-        tokens = sum(w[0] for w in self.window)
-        verifies = sum(w[1] for w in self.window)
-        correct = sum(w[2] for w in self.window)
-        seconds = sum(w[3] for w in self.window) or 1e-9
-        self.window.clear()
-        accept = tokens / verifies if verifies else 0.0
-        _, _, drafts = s.spec.resolved()
-        rate = correct / (verifies * max(1, drafts - 1)) if verifies else 0.0
-        throughput = tokens / seconds
-        m = s.metrics
-        for g in m.each(m.gen_throughput):
-            g.set(throughput)
-        for g in m.each(m.running):
-            g.set(len(self.running))
-        for g in m.each(m.queued):
-            g.set(len(self.waiting))
-        spec = ""
-        if s.spec.on:
-            spec = f"accept len: {accept:.2f}, accept rate: {rate:.2f}, "
-            for g in m.each(m.accept_length):
-                g.set(accept)
-            for g in m.each(m.accept_rate):
-                g.set(rate)
-        used = sum(r.prompt_len + r.tokens for r in self.running)
-        log(f"Decode batch, #running-req: {len(self.running)}, #token: {used}, "
-            f"token usage: {used / 500000:.2f}, {spec}cuda graph: {graph}, "
-            f"gen throughput (token/s): {throughput:.2f}, #queue-req: {len(self.waiting)}",
-            "TP0")
-
-    def _finish(self, req: Request) -> None:
-        self.finished += 1
-        fault = self.server.args.fake_fault
-        if self.finished >= self.server.args.fake_die_after:
-            if fault == "die-mid-round":
-                self.server.die()
-            elif fault == "hang-mid-round":
-                self.halted = True
 
 
 # ---------------------------------------------------------------- HTTP
