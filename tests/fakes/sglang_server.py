@@ -5,9 +5,9 @@ SGLang's CLI (unknown flags are an argparse error, like SGLang), logs SGLang's r
 serves SGLang's endpoints (``/health_generate``, ``/health``, ``/ready``, ``/server_info``,
 ``/metrics``, streaming ``/generate``, ...) with SGLang's formats (shared/reference/sglang.md),
 and takes its timing from tests/fakes/cost_model.py through a batching scheduler loop
-(fake_engine.py). Rank processes (fake_ranks.py) are
-started from this process's environment and write NCCL's INFO lines, so the NCCL_* settings
-a test passes can be read back from NCCL-format logs.
+(fake_engine.py). Rank processes (fake_ranks.py) are started from this process's
+environment and write NCCL's INFO lines, so the NCCL_* settings a test passes can be read
+back from NCCL-format logs.
 
 Times are model milliseconds; the server sleeps ``ms * --fake-time-scale``. The device-timer
 counters and step times report model time, so ``verify_ms`` reads back exactly what the
