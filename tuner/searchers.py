@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import pickle
@@ -193,6 +194,18 @@ class FilteringSearcher(_Pickled):
         self.rejected: list[dict[str, Any]] = []
 
     _transient = ("on_reject",)
+
+    # Ray saves wrappers (objects with a ``searcher``) by get_state/set_state and the
+    # innermost searcher by save/restore.
+    def get_state(self) -> dict[str, Any]:
+        skip = ("searcher", "on_reject", "space")
+        return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in skip})
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        memory = state.pop("memory", None)
+        if memory is not None and self.memory is not None:
+            self.memory.__dict__.update(memory.__dict__)
+        self.__dict__.update(state)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
                               **spec: Any) -> bool:
