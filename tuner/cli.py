@@ -164,8 +164,8 @@ def _check_model_path(model: str) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
-    out = args.out or Path("runs") / (args.name or f"servetune-{args.space_name}")
-    name = args.name or out.resolve().name
+    out = (args.out or Path("runs") / (args.name or f"servetune-{args.space_name}")).resolve()
+    name = args.name or out.name
     data: dict[str, Any] = {
         "name": name, "out_dir": out, "space": args.space, "pins": parse_pins(args.pin),
         "workload": _workload(args), "search": args.search, "stage_search": args.stage_search,
@@ -220,7 +220,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tuner import experiment
 
     if args.resume:
-        spec = ExperimentSpec.load(Path(args.resume))
+        folder = Path(args.resume).resolve()
+        spec = ExperimentSpec.load(folder).model_copy(update={"out_dir": folder})
         if not (Path(args.resume) / "tuner.pkl").exists():
             raise CliError(f"{args.resume}: the experiment never started (no tuner.pkl)")
         resume = True

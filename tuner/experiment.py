@@ -4,6 +4,7 @@ first, storage, resume, and the end-of-run results."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -16,10 +17,11 @@ from launchers import gpu, process
 from launchers.base import TrialContext, Workload
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, SpaceError, load
-from tuner.results import Objective
+from tuner.results import Objective, write_json
 from tuner.spec import ExperimentSpec, SpecError
 
 log = logging.getLogger(__name__)
+RUN_INFO = "run.json"
 Print = Callable[[str], None]
 
 
@@ -44,6 +46,7 @@ class Setup:
     space: SearchSpace
     objective: Objective
     dropped: list[str] = field(default_factory=list)
+    gpus_per_trial: int = 0  # known once Ray is up (run.json keeps it)
 
     @property
     def marker_prefix(self) -> str:
@@ -61,7 +64,11 @@ def prepare(spec: ExperimentSpec) -> Setup:
                          f"(it does not model: {', '.join(dropped)})")
     metric = spec.metric or workload.default_metric
     mode = spec.mode or workload.default_mode
-    return Setup(spec, workload, space, Objective(metric, mode, spec.rounds), dropped)
+    setup = Setup(spec, workload, space, Objective(metric, mode, spec.rounds), dropped)
+    with contextlib.suppress(OSError, ValueError):
+        setup.gpus_per_trial = int(json.loads((spec.out_dir / RUN_INFO).read_text())
+                                   ["gpus_per_trial"])
+    return setup
 
 
 # ---------------------------------------------------------------- the Ray trial
@@ -80,7 +87,10 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
     trial_id = context.get_trial_id()
     assert trial_id is not None
     port = resolve_port(getattr(spec.workload, "port", None))
-    ctx = TrialContext(spec.name, trial_id, Path(context.get_trial_dir()),
+    # Artifacts go straight into the experiment folder (Ray's own trial folder has the same
+    # name): Ray's working dir is a staging copy that is synced late or not at all.
+    trial_dir = spec.out_dir.resolve() / trial_id
+    ctx = TrialContext(spec.name, trial_id, trial_dir,
                        tuple(str(g) for g in ray.get_gpu_ids()), port, spec.seed)
     ready_timeout = float(getattr(spec.workload, "ready_timeout", 1800.0))
     run_trial(config, space=setup.space, workload=setup.workload, ctx=ctx, rounds=spec.rounds,
@@ -219,6 +229,10 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
         gpus = gpus_per_trial(spec, cluster)
         slots = sum(1 for g in cluster.gpus_per_node if gpus and g >= gpus) if gpus else 1
         resources: dict[str, float] = {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
+        setup.gpus_per_trial = gpus
+        write_json(out_dir / RUN_INFO, {"nodes": cluster.nodes, "gpus_per_node":
+                                        cluster.gpus_per_node, "gpus_per_trial": gpus,
+                                        "dashboard_url": cluster.dashboard_url})
         echo(f"{cluster.nodes} node(s), GPUs per node {cluster.gpus_per_node}; each trial holds "
              f"{gpus or 'no'} GPU(s); at most {max(slots, 1)} trial(s) at once")
         if cluster.dashboard_url:

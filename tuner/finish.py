@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from tuner.search import SearchStack
 
 # Debug-only settings servetune adds for measuring; a production launch leaves them out.
-MEASUREMENT_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "CUDA_VISIBLE_DEVICES")
+MEASUREMENT_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "CUDA_VISIBLE_DEVICES",
+                   "SGLANG_ENABLE_METRICS_DEVICE_TIMER", "SGLANG_RECORD_STEP_TIME")
 
 
 def write_table(setup: Setup, running: bool = False) -> pd.DataFrame:
@@ -31,7 +32,8 @@ def production_plan(setup: Setup, config: dict[str, Any]) -> LaunchPlan:
     """The plan for ``config`` as a user would launch it: fixed port, no measuring env."""
     port = getattr(setup.spec.workload, "port", None) or 30000
     folder = setup.spec.out_dir / results.BEST_DIR
-    ctx = TrialContext(setup.spec.name, "best", folder, (), port, setup.spec.seed)
+    gpus = tuple(str(i) for i in range(setup.gpus_per_trial))
+    ctx = TrialContext(setup.spec.name, "best", folder, gpus, port, setup.spec.seed)
     plan = setup.workload.plan(config, ctx)
     env = {k: v for k, v in plan.env.items() if k not in MEASUREMENT_ENV}
     return replace(plan, env=env)

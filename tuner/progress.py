@@ -62,7 +62,8 @@ class TrialLines(ProgressReporter):
                 line = f"{head} FAILED {failure.kind.value}: {failure.message}"
             elif status == Trial.TERMINATED:
                 early = round_ is not None and round_ < self.rounds
-                line = f"{head} {'stopped early' if early else 'done'} after round {round_}"
+                line = (f"{head} {'stopped early by the scheduler' if early else 'done'} after "
+                        f"round {round_}: {self.metric} {_fmt(result.get(self.metric, '-'))}")
             elif status == Trial.RUNNING and round_ is None:
                 if previous is not None and previous[0] == Trial.RUNNING:
                     continue

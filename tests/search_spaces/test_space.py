@@ -45,7 +45,7 @@ def test_pin_out_of_domain_is_an_error() -> None:
 
 
 def test_unknown_preset_names_the_presets() -> None:
-    with pytest.raises(sp.SpaceError, match="unknown preset 'nope'.*verify-campaign"):
+    with pytest.raises(sp.SpaceError, match=r"unknown preset 'nope'.*verify-campaign"):
         sp.load("nope")
 
 

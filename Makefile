@@ -1,0 +1,41 @@
+# servetune: two commands do everything on a fresh machine.
+#   make run    set up, then tune the embedded default (the proxy workload on what is here)
+#   make test   set up, then lint, type-check and run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+ARGS   ?=
+
+.PHONY: setup run test lint sglang-parser clean
+
+$(VENV)/.setup-done: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	@# A machine without an NVIDIA driver gets the CPU build of torch, not GBs of CUDA wheels.
+	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q torch; \
+	else $(BIN)/pip install -q torch==2.13.0; fi
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.setup-done
+
+# SGLang's own argument parser, for the contract tests (no GPU stack: --no-deps).
+$(VENV)/.sglang-parser-done: $(VENV)/.setup-done requirements/sglang-parser.txt
+	$(BIN)/pip install -q -r requirements/sglang-parser.txt
+	$(BIN)/pip install -q --no-deps sglang==0.5.23
+	touch $@
+
+sglang-parser: $(VENV)/.sglang-parser-done
+
+run: setup
+	$(BIN)/servetune run $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: setup sglang-parser lint
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
