@@ -193,6 +193,7 @@ class ServerProcess:
         self.host = host
         self.started = time.monotonic()
         self.ready_at: float | None = None
+        self.stop_grace = 10.0  # seconds between SIGTERM and SIGKILL when stop() is not told
         self._stopped: StopReport | None = None
 
     @classmethod
@@ -253,10 +254,12 @@ class ServerProcess:
                     FailureKind.STARTUP_TIMEOUT))
             time.sleep(interval)
 
-    def stop(self, grace: float = 10.0, port_timeout: float = 10.0) -> StopReport:
-        """TERM the whole tree (and anything with this marker), wait ``grace``, then KILL."""
+    def stop(self, grace: float | None = None, port_timeout: float = 10.0) -> StopReport:
+        """TERM the whole tree (and anything with this marker), wait ``grace`` (default
+        ``stop_grace``), then KILL."""
         if self._stopped is not None:
             return self._stopped
+        grace = self.stop_grace if grace is None else grace
         began = time.monotonic()
         roots = [self.pid, *(m.pid for m in marked_processes(self.marker, exact=True))]
         signalled = kill_processes(roots, grace)

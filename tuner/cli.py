@@ -92,6 +92,8 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--server-cmd", help="replaces 'sglang serve' (a venv, a container, a stand-in)")
     w.add_argument("--port", type=int, help="server port (sglang default 30000; 0: free port)")
     w.add_argument("--ready-timeout", type=float, help="seconds to wait for readiness")
+    w.add_argument("--stop-grace", type=float, help="seconds between SIGTERM and SIGKILL when "
+                   "a server stops (default 10)")
     w.add_argument("--input-len", type=int)
     w.add_argument("--output-len", type=int)
     w.add_argument("--concurrency", help="comma list; the first is the objective")
@@ -174,6 +176,7 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         "failure_aware": not args.no_failure_aware, "gpus_per_trial": args.gpus_per_trial,
         "num_gpus": args.num_gpus, "num_cpus": args.num_cpus, "address": args.address,
         "dashboard": not args.no_dashboard, "confirm": args.confirm,
+        **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),
         "confirm_top": args.confirm_top,
     }
     try:

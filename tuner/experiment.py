@@ -50,7 +50,7 @@ class Setup:
 
     @property
     def marker_prefix(self) -> str:
-        return f"{self.spec.name}/"
+        return f"{self.spec.marker_id}/"
 
 
 def prepare(spec: ExperimentSpec) -> Setup:
@@ -90,7 +90,7 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
     # Artifacts go straight into the experiment folder (Ray's own trial folder has the same
     # name): Ray's working dir is a staging copy that is synced late or not at all.
     trial_dir = spec.out_dir.resolve() / trial_id
-    ctx = TrialContext(spec.name, trial_id, trial_dir,
+    ctx = TrialContext(spec.marker_id, trial_id, trial_dir,
                        tuple(str(g) for g in ray.get_gpu_ids()), port, spec.seed)
     ready_timeout = float(getattr(spec.workload, "ready_timeout", 1800.0))
     run_trial(config, space=setup.space, workload=setup.workload, ctx=ctx, rounds=spec.rounds,
@@ -135,6 +135,9 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our own progress lines
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
+    # A failed trial is data: its kind and message get one progress line, the traceback
+    # stays in its folder (error.txt, failure.json) instead of filling the terminal.
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     started_here = spec.address is None
     saved = {k: os.environ.get(k) for k in (process.MARKER_ENV, process.OWNER_ENV)}
     try:

@@ -36,20 +36,41 @@ def append_jsonl(path: Path, entry: Mapping[str, Any]) -> None:
         f.flush()
 
 
+def _pickled_error(trial: Trial) -> Any:
+    """The error Ray pickled for a trial. When on_trial_error runs, Ray has written it only
+    to the driver's staging folder (``pickled_error_file``); the experiment folder gets it
+    at the next sync, which is what ``get_pickled_error`` reads."""
+    import ray.cloudpickle
+
+    with contextlib.suppress(Exception):
+        local = trial.pickled_error_file
+        if local and Path(local).is_file():
+            with open(local, "rb") as f:
+                return ray.cloudpickle.load(f)
+    with contextlib.suppress(Exception):  # an unpicklable or missing error file
+        return trial.get_pickled_error()
+    return None
+
+
+def _error_text(trial: Trial) -> str:
+    with contextlib.suppress(Exception):
+        local = trial.error_file
+        if local and Path(local).is_file():
+            return Path(local).read_text()
+    with contextlib.suppress(Exception):
+        return str(trial.get_error() or "")
+    return ""
+
+
 def trial_failure(trial: Trial) -> Failure:
     """The Failure a trial raised (TrialFailed pickled by Ray), else from Ray's error text."""
-    try:
-        error = trial.get_pickled_error()
-    except Exception:  # an unpicklable or missing error file
-        error = None
+    error = _pickled_error(trial)
     if isinstance(error, TrialFailed):
         return error.failure
     cause = getattr(error, "cause", None) or getattr(error, "__cause__", None)
     if isinstance(cause, TrialFailed):
         return cause.failure
-    text = ""
-    with contextlib.suppress(Exception):
-        text = str(trial.get_error() or "")
+    text = _error_text(trial)
     if not text and error is not None:
         text = str(error)
     return failure_from_error_text(text) if text else Failure(FailureKind.CRASHED, "trial errored")

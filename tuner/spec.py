@@ -6,6 +6,7 @@ becomes a one-line CLI error (exit 2) before anything starts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Annotated, Literal
@@ -54,6 +55,13 @@ class ExperimentSpec(BaseModel):
     @property
     def experiment_dir(self) -> Path:
         return self.out_dir
+
+    @property
+    def marker_id(self) -> str:
+        """The experiment part of the process marker: the name plus a digest of the folder, so
+        that two experiments with one name in different folders never reap each other."""
+        digest = hashlib.sha1(str(self.out_dir.resolve()).encode()).hexdigest()[:8]
+        return f"{self.name}@{digest}"
 
     def save(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)

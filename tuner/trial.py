@@ -68,6 +68,7 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
             gpu_before = gpu.wait_clean(ctx.gpu_ids, gpu_clean_timeout)
         record.timings["setup_s"] = time.monotonic() - t0
         running = workload.start(plan, ctx)
+        running.process.stop_grace = stop_grace
         with running:
             record.timings["ready_s"] = running.wait_ready(ready_timeout)
             t_warm = time.monotonic()

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fake-draft-ms", type=float, help="override the model's draft ms")
     g.add_argument("--fake-accept-length", type=float, help="override the accept length")
     g.add_argument("--fake-fault", choices=FAULTS)
+    g.add_argument("--fake-fault-if", action="append", default=[], metavar="NAME=VALUE",
+                   help="apply --fake-fault only when this env var or flag has this value "
+                        "(repeatable: all must hold); lets one config of a search fail")
     g.add_argument("--fake-die-after", type=int, default=4,
                    help="die-mid-round / hang-mid-round: after this many finished requests")
     g.add_argument("--fake-no-tree-crash", action="store_true",
@@ -464,11 +468,26 @@ class FakeServer:
             self.die()
 
 
+def fault_applies(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
+    """Whether every --fake-fault-if NAME=VALUE holds (an env var, or a flag's value)."""
+    flags = flag_values(args)
+    for condition in args.fake_fault_if:
+        name, _, value = condition.partition("=")
+        actual = env.get(name) if not name.startswith("--") else flags.get(name)
+        if actual is None or str(actual) != value:
+            return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.host != "127.0.0.1" and not args.fake_allow_any_host:
         parser.error("the stand-in binds 127.0.0.1 only (--fake-allow-any-host to override)")
+    if not fault_applies(args, os.environ):
+        args.fake_fault = None
+    # The GPUs this server was given (tests check that each server saw a whole node).
+    log(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
     return FakeServer(args).run()
 
 
