@@ -189,6 +189,15 @@ def local_gpu_count(spec: ExperimentSpec) -> int | None:
     return gpu.device_count()
 
 
+def workload_notes(setup: Setup) -> tuple[str, ...]:
+    """What the workload says about itself on this machine (e.g. the proxy on CPU: NCCL knobs
+    have no effect), read from the baseline's plan."""
+    gpus = tuple(str(i) for i in range(setup.gpus_per_trial))
+    ctx = TrialContext(setup.spec.name, "notes", setup.spec.out_dir / "notes", gpus, 0,
+                       setup.spec.seed)
+    return setup.workload.plan(setup.space.baseline(), ctx).notes
+
+
 def stdout_print(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
 
@@ -242,6 +251,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
             echo(f"Ray dashboard: {cluster.dashboard_url}  (token auth: paste the token from "
                  f"~/.ray/auth_token, or send 'Authorization: Bearer <token>')")
         echo(f"TensorBoard: tensorboard --logdir {out_dir}")
+        for note in workload_notes(setup):
+            echo(note)
         stack = build_search(setup.space, setup.objective, search=spec.search,
                              stage_search=spec.stage_search, samples=spec.samples,
                              seed=spec.seed, failure_aware=spec.failure_aware,
