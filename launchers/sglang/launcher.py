@@ -44,6 +44,26 @@ class SGLangArgs(BaseModel):
     preflight: bool = True
     preflight_python: str | None = None
 
+    def without_speculative(self) -> SGLangArgs | None:
+        """These args with speculative decoding off (no draft model, no ``--speculative-*``
+        server args), or None when they do not turn it on: the reference run that tells
+        whether speculative decoding pays off at all on a machine."""
+        if not SGLangWorkload(self).speculative:
+            return None
+        kept: list[str] = []
+        words = iter(self.server_args)
+        for word in words:
+            name = _flag_name(word)
+            if name is None or not name.startswith("--speculative-"):
+                kept.append(word)
+                continue
+            if "=" not in word:  # its value, if any, is the next word
+                nxt = next(words, None)
+                if nxt is not None and nxt.startswith("--"):
+                    kept.append(nxt)
+        return self.model_copy(update={"speculative_algorithm": None, "draft_model": None,
+                                       "server_args": kept})
+
 
 # ---------------------------------------------------------------- the workload
 
