@@ -81,8 +81,10 @@ class Recorder(Callback):
 
     def __init__(self, out_dir: Path, on_table: Callable[[], None],
                  on_outcome: Callable[[str, dict[str, Any], str | None], None] | None = None,
-                 stage_of: Callable[[str], str | None] | None = None) -> None:
+                 stage_of: Callable[[str], str | None] | None = None,
+                 tags: Mapping[str, Any] | None = None) -> None:
         self.out_dir = out_dir
+        self.tags = dict(tags or {})  # added to each start event, e.g. {"phase": "confirm"}
         self.journal = out_dir / JOURNAL
         self.on_table = on_table
         self.on_outcome = on_outcome
@@ -103,7 +105,7 @@ class Recorder(Callback):
         stage = self.stage_of(trial.trial_id) if self.stage_of else None
         self._write({"event": "start", "trial_id": trial.trial_id, "order": self.order,
                      "config": trial.config, "stage": stage, "dir": trial.storage.trial_fs_path
-                     if trial.storage else None})
+                     if trial.storage else None, **self.tags})
         self.order += 1
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,

@@ -53,6 +53,7 @@ def collect(out_dir: Path) -> dict[str, dict[str, Any]]:
             trials[tid] = {"order": known["order"] if known else event.get("order", len(trials)),
                            "config": event.get("config", {}), "stage": event.get("stage"),
                            "rounds": [], "end": None, "dir": event.get("dir"),
+                           "phase": event.get("phase", "search"), "variant": event.get("variant"),
                            "attempts": (known["attempts"] + 1) if known else 1}
         elif tid in trials and kind == "result":
             trials[tid]["rounds"].append({k: v for k, v in event.items()
@@ -76,8 +77,9 @@ def build_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any]
         else:
             status = "running" if running else "interrupted"
         row: dict[str, Any] = {
-            "trial_id": tid, "order": t["order"], "stage": t["stage"],
-            "baseline": _same(t["config"], baseline), "status": status,
+            "trial_id": tid, "order": t["order"], "phase": t["phase"], "variant": t["variant"],
+            "stage": t["stage"],
+            "baseline": _same(t["config"], baseline) and t["variant"] is None, "status": status,
             "failure_kind": failure.get("kind"), "failure": failure.get("message"),
             "hint": failure.get("hint") or None, "rounds": len(rounds),
             "score": _mean([r.get(objective.metric) for r in rounds]),
