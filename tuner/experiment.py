@@ -193,7 +193,8 @@ def workload_notes(setup: Setup) -> tuple[str, ...]:
     """What the workload says about itself on this machine (e.g. the proxy on CPU: NCCL knobs
     have no effect), read from the baseline's plan."""
     gpus = tuple(str(i) for i in range(setup.gpus_per_trial))
-    ctx = TrialContext(setup.spec.name, "notes", setup.spec.out_dir / "notes", gpus, 0,
+    port = getattr(setup.spec.workload, "port", None) or 30000  # --port 0: any port will do
+    ctx = TrialContext(setup.spec.name, "notes", setup.spec.out_dir / "notes", gpus, port,
                        setup.spec.seed)
     return setup.workload.plan(setup.space.baseline(), ctx).notes
 
