@@ -143,8 +143,10 @@ class Workload(ABC):
     def plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         """Pure: the same config and context always give the same plan."""
 
-    def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> None:  # noqa: B027
-        """Checks before launching; raise TrialFailed (invalid_config, port_busy, ...)."""
+    def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
+        """Checks before launching; raise TrialFailed (invalid_config, port_busy, ...).
+        Returns warnings worth keeping with the trial."""
+        return []
 
     @abstractmethod
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> Running:

@@ -63,7 +63,7 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
         plan = workload.plan(config, ctx)
         record.plan = plan.to_json()
         (folder / PLAN_FILE).write_text(json.dumps(record.plan, indent=1))
-        workload.preflight(plan, ctx)
+        record.warnings += workload.preflight(plan, ctx) or []
         if ctx.gpu_ids:
             gpu_before = gpu.wait_clean(ctx.gpu_ids, gpu_clean_timeout)
         record.timings["setup_s"] = time.monotonic() - t0

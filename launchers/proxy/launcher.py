@@ -173,7 +173,7 @@ class ProxyWorkload(Workload):
                           port=port, notes=tuple(notes))
 
     # ------------------------------------------------------------ checks and start
-    def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> None:
+    def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
         """The shape loads and splits over the ranks, the GPUs exist, the port is free."""
         from launchers.proxy.model import Geometry
         from launchers.proxy.worker import parse_args
@@ -195,6 +195,7 @@ class ProxyWorkload(Workload):
         if plan.port is not None and not port_is_free(plan.port, plan.host):
             raise TrialFailed(Failure(FailureKind.PORT_BUSY,
                                       f"port {plan.port} on {plan.host} is already in use"))
+        return []
 
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> ProxyRunning:
         folder = ctx.trial_dir

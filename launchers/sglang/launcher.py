@@ -14,6 +14,7 @@ from launchers.base import LaunchPlan, Metrics, Running, TrialContext, Workload,
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
 from launchers.sglang import metrics
+from launchers.sglang import preflight as sglang_parser
 from launchers.sglang.bench import Bench, BenchError, BenchSettings
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
 
@@ -68,6 +69,7 @@ class SGLangArgs(BaseModel):
 # ---------------------------------------------------------------- the workload
 
 # Flags servetune renders itself (with SGLang's aliases); user server_args must not repeat them.
+PREFLIGHT_CACHE = "preflight-cache.json"
 OWN_FLAGS = ("--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--host", "--port")
 _HEALTH_TIMEOUT = (0.5, 5.0)  # connect, read: one readiness probe
 _EXIT_WAIT_S = 2.0  # how long a dropped connection may take to show up as a dead process
@@ -162,26 +164,23 @@ class SGLangWorkload(Workload):
                           port=port, host=a.host, notes=tuple(notes))
 
     # ------------------------------------------------------------ checks and start
-    def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> None:
+    def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
+        """Port free, then the flags against the installed SGLang's own parser (cached per
+        argv in the experiment folder). Returns SGLang's warnings (deprecated flags)."""
         if plan.port is not None and not port_is_free(plan.port, plan.host):
             raise TrialFailed(Failure(FailureKind.PORT_BUSY,
                                       f"port {plan.port} on {plan.host} is already in use"))
         if not self.args.preflight:
-            return
-        try:
-            import launchers.sglang.preflight as sglang_parser
-        except ModuleNotFoundError as err:
-            if err.name != "launchers.sglang.preflight":
-                raise
-            return  # the preflight module is not in this checkout
+            return []
         flags = list(plan.argv[len(self.args.server_cmd):])
         # SGLang's parser runs in the interpreter that runs SGLang (a console script's shebang)
-        finder = getattr(sglang_parser, "python_for", None)
-        python = self.args.preflight_python or (finder(self.args.server_cmd) if finder else None)
-        result = sglang_parser.check_argv(flags, python=python)
+        python = self.args.preflight_python or sglang_parser.python_for(self.args.server_cmd)
+        result = sglang_parser.check_argv(flags, python=python,
+                                          cache_path=ctx.trial_dir.parent / PREFLIGHT_CACHE)
         if result.ok is False:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang rejected the command: " + result.error))
+        return [f"SGLang: {w}" for w in result.warnings]
 
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> SGLangRunning:
         env = plan.full_env()

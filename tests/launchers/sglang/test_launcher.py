@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import launchers.sglang
+import launchers.sglang.launcher
 from launchers.base import TrialContext
 from launchers.failures import FailureKind, TrialFailed
 from launchers.process import free_port
@@ -159,6 +159,7 @@ def test_workload_conflicts_include_rendered_speculative_flags() -> None:
 class _Result:
     ok: bool | None
     error: str = ""
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -180,8 +181,8 @@ def fake_preflight(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Preflight]:
         return state.result
 
     module.check_argv = check_argv  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "launchers.sglang.preflight", module)
-    monkeypatch.setattr(launchers.sglang, "preflight", module, raising=False)
+    module.python_for = lambda server_cmd: None  # type: ignore[attr-defined]
+    monkeypatch.setattr(launchers.sglang.launcher, "sglang_parser", module)
     yield state
 
 
