@@ -41,7 +41,7 @@ _SIGNATURES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
         (FailureKind.GRAPH_CAPTURE, r"Capture (?:prefill )?cuda graph failed", True),
         (FailureKind.GRAPH_CAPTURE, r"operation not permitted when stream is capturing", True),
         (FailureKind.GRAPH_CAPTURE, r"cudaErrorStreamCaptureInvalidated", False),
-        (FailureKind.NCCL_INVALID_USAGE, r"No algorithm/protocol available for function", False),
+        (FailureKind.NCCL_INVALID_USAGE, r"No algorithm/protocol available for function", True),
         (FailureKind.NCCL_INVALID_USAGE, r"ncclInvalidUsage|invalid usage", False),
         (FailureKind.NCCL_INVALID_USAGE, r"Unrecognized element token", False),
         (FailureKind.NCCL_ERROR, r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
@@ -76,7 +76,7 @@ def hint(kind: FailureKind, log_text: str, returncode: int | None) -> str:
         code = int(match.group(1)) if match else returncode
         if code == -9:
             return "exit code -9: likely killed by the host OOM killer"
-    if kind is FailureKind.GRAPH_CAPTURE and "No algorithm/protocol available" in log_text:
+    if kind is FailureKind.GRAPH_CAPTURE and "no algorithm/protocol available" in log_text.lower():
         return "NCCL rejected a collective inside capture: a global NCCL_ALGO? use allreduce:<algo>"
     if kind is FailureKind.KV_POOL_OOM:
         return "increase --mem-fraction-static"

@@ -98,6 +98,10 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--output-len", type=int)
     w.add_argument("--concurrency", help="comma list; the first is the objective")
     w.add_argument("--requests-per-round", type=int)
+    w.add_argument("--no-nccl-debug", action="store_true",
+                   help="sglang: no NCCL_DEBUG=INFO logs (no effective-settings check)")
+    w.add_argument("--no-preflight", action="store_true",
+                   help="sglang: skip the check against SGLang's own argument parser")
     w.add_argument("--model-config", help="proxy: shape preset or config.json")
     w.add_argument("--layers", type=int, help="proxy: run N layers and scale")
     w.add_argument("--batch", type=int, help="proxy: requests in the verify batch")
@@ -138,6 +142,10 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
             data["server_cmd"] = shlex.split(args.server_cmd)
         if args.concurrency:
             data["concurrency"] = _int_list(args.concurrency, "--concurrency")
+        if args.no_nccl_debug:
+            data["nccl_debug"] = False
+        if args.no_preflight:
+            data["preflight"] = False
         return data
     sglang_only = [f for f, v in (("--model", args.model), ("--draft-model", args.draft_model),
                                   ("--server-arg", args.server_arg), ("--tp", args.tp))

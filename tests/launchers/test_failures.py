@@ -67,3 +67,8 @@ def test_kind_recovered_from_ray_error_text() -> None:
     text = "Traceback ...\nlaunchers.failures.TrialFailed: [startup_timeout] not ready after 5 s"
     failure = failure_from_error_text(text)
     assert failure.kind is K.STARTUP_TIMEOUT and failure.message == "not ready after 5 s"
+
+
+def test_older_nccl_lowercase_spelling_is_recognised() -> None:
+    text = "NCCL WARN Error : no algorithm/protocol available for function AllGather"
+    assert classify(text, 1) is K.NCCL_INVALID_USAGE
