@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import signal
 import socket
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launchers.process import LOCALHOST, free_port
+from launchers.stats import percentile
 
 if TYPE_CHECKING:  # ranks import torch where they need it: the root stays light
     import torch
@@ -200,23 +200,23 @@ def _maybe_fail(args: argparse.Namespace, stage: str, rank: int, world: int) -> 
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    """The q-th percentile (0-100) of a non-empty sample."""
+    value = percentile(values, q)
+    if value is None:
+        raise ValueError("no samples to summarize")
+    return value
 
 
 def summarize(samples: Mapping[str, Sequence[float]], geo: Geometry, *, accept_length: float,
               draft_ms: float | None, draft_steps: int, bandwidth: float) -> dict[str, Any]:
     """One round's metrics from per-call times in ms: pass, head, allreduce, allgather."""
     layers = geo.shape.num_hidden_layers
-    head = _percentile(samples["head"], 0.5)
+    head = _percentile(samples["head"], 50)
     # scaled: the layers' share of each pass times num_hidden_layers/N, the head as measured
     verify = [head + (p - head) * geo.scale for p in samples["pass"]]
-    verify_ms = _percentile(verify, 0.5)
-    allreduces = _percentile(samples["allreduce"], 0.5)
-    allreduce_ms = allreduces + _percentile(samples["allgather"], 0.5)
+    verify_ms = _percentile(verify, 50)
+    allreduces = _percentile(samples["allreduce"], 50)
+    allreduce_ms = allreduces + _percentile(samples["allgather"], 50)
     layer_ms = max(verify_ms - head, 0.0) / layers
     if draft_ms is None:
         draft_ms = draft_steps * (layer_ms + head)
@@ -228,8 +228,8 @@ def summarize(samples: Mapping[str, Sequence[float]], geo: Geometry, *, accept_l
     bytes_full = geo.bytes_per_pass()["total"]
     return {
         "verify_ms": verify_ms,
-        "verify_p10_ms": _percentile(verify, 0.1),
-        "verify_p90_ms": _percentile(verify, 0.9),
+        "verify_p10_ms": _percentile(verify, 10),
+        "verify_p90_ms": _percentile(verify, 90),
         "allreduce_ms": allreduce_ms,
         "compute_ms": max(verify_ms - allreduce_ms, 0.0),
         "allreduce_share": allreduce_ms / verify_ms if verify_ms > 0 else None,
@@ -388,7 +388,7 @@ def _bandwidth(args: argparse.Namespace, device: torch.device) -> tuple[float, s
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - began)
     del buf
-    return nbytes / _percentile(times[1:], 0.5), f"measured: read of {nbytes >> 20} MiB"
+    return nbytes / _percentile(times[1:], 50), f"measured: read of {nbytes >> 20} MiB"
 
 
 def _nccl_version() -> str:

@@ -15,12 +15,14 @@ read is None (missing), never 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
+from launchers.stats import percentile  # also imported from here by bench.py
 
 FORWARD_SECONDS = "sglang:forward_execution_seconds"
 GRAPH_PASSES = "sglang:cuda_graph_passes"
@@ -169,17 +171,6 @@ def server_info(base_url: str, timeout: float = 5.0) -> dict[str, Any] | None:
             return None
         return data if isinstance(data, dict) else None
     return None
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default method); None for no values."""
-    data = sorted(float(v) for v in values)
-    if not data:
-        return None
-    pos = (len(data) - 1) * q / 100.0
-    low = math.floor(pos)
-    high = min(low + 1, len(data) - 1)
-    return data[low] + (data[high] - data[low]) * (pos - low)
 
 
 def _number(value: Any) -> float | None:
