@@ -32,9 +32,16 @@ def marker_value(experiment: str, trial: str) -> str:
     return f"{experiment}/{trial}"
 
 
-def check_env_values(env: Mapping[str, str]) -> None:
-    """Env values with a newline or NUL are refused: they could forge lines or truncate."""
+def check_env_values(env: Mapping[str, str], inherited: Mapping[str, str] | None = None) -> None:
+    """Env values with a newline or NUL are refused: they could forge lines or truncate.
+
+    Values passed on unchanged from ``inherited`` (default: this process's environment) are
+    not servetune's to judge: a shell's exported functions (``BASH_FUNC_which%%``, Lmod's
+    ``module``) hold newlines, and execve hands them over as they are."""
+    base = os.environ if inherited is None else inherited
     for key, value in env.items():
+        if base.get(key) == value:
+            continue
         if "\n" in value or "\x00" in value or "\r" in value:
             raise ValueError(f"environment value for {key} contains a newline or NUL")
         if not key or "=" in key or "\x00" in key:

@@ -41,7 +41,7 @@ from tests.fakes.fake_engine import Engine, Metrics, Request, log
 
 VERSION = "0.5.23"
 FAULTS = ("crash-startup", "hang-startup", "oom-startup", "die-mid-round", "hang-mid-round",
-          "ignore-sigterm", "setsid-grandchild")
+          "ignore-sigterm", "setsid-grandchild", "slow")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 READY_LINE = "The server is fired up and ready to roll!"
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,9 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fake-draft-ms", type=float, help="override the model's draft ms")
     g.add_argument("--fake-accept-length", type=float, help="override the accept length")
     g.add_argument("--fake-fault", choices=FAULTS)
-    g.add_argument("--fake-fault-if", action="append", default=[], metavar="NAME=VALUE",
-                   help="apply --fake-fault only when this env var or flag has this value "
-                        "(repeatable: all must hold); lets one config of a search fail")
+    g.add_argument("--fake-fault-if", action="append", default=[],
+                   metavar="FAULT:NAME=VALUE[,NAME=VALUE]",
+                   help="FAULT (in place of --fake-fault) when every NAME (an env var or a "
+                        "flag) has VALUE; repeatable, the first match wins. Lets one config "
+                        "of a search fail its own way")
+    g.add_argument("--fake-slow-factor", type=float, default=4.0,
+                   help="slow: verify and draft take this many times longer")
     g.add_argument("--fake-die-after", type=int, default=4,
                    help="die-mid-round / hang-mid-round: after this many finished requests")
     g.add_argument("--fake-no-tree-crash", action="store_true",
@@ -288,6 +292,10 @@ class FakeServer:
                 draft_ms=t.draft_ms if a.fake_draft_ms is None else a.fake_draft_ms,
                 accept_length=t.accept_length if a.fake_accept_length is None
                 else a.fake_accept_length)
+            if a.fake_fault == "slow":
+                t = self._timings[batch]
+                self._timings[batch] = replace(t, verify_ms=t.verify_ms * a.fake_slow_factor,
+                                               draft_ms=t.draft_ms * a.fake_slow_factor)
         return self._timings[batch]
 
     def apply_sglang_env(self) -> None:
@@ -468,15 +476,21 @@ class FakeServer:
             self.die()
 
 
-def fault_applies(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
-    """Whether every --fake-fault-if NAME=VALUE holds (an env var, or a flag's value)."""
+def chosen_fault(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The first --fake-fault-if whose conditions all hold, else --fake-fault."""
     flags = flag_values(args)
-    for condition in args.fake_fault_if:
-        name, _, value = condition.partition("=")
-        actual = env.get(name) if not name.startswith("--") else flags.get(name)
-        if actual is None or str(actual) != value:
-            return False
-    return True
+    for rule in args.fake_fault_if:
+        fault, _, conditions = rule.partition(":")
+        if fault not in FAULTS:
+            raise SystemExit(f"--fake-fault-if {rule!r}: unknown fault {fault!r}")
+        holds = True
+        for condition in conditions.split(","):
+            name, _, value = condition.partition("=")
+            actual = flags.get(name) if name.startswith("--") else env.get(name)
+            holds = holds and actual is not None and str(actual) == value
+        if holds:
+            return fault
+    return str(args.fake_fault) if args.fake_fault else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,8 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.host != "127.0.0.1" and not args.fake_allow_any_host:
         parser.error("the stand-in binds 127.0.0.1 only (--fake-allow-any-host to override)")
-    if not fault_applies(args, os.environ):
-        args.fake_fault = None
+    args.fake_fault = chosen_fault(args, os.environ)
     # The GPUs this server was given (tests check that each server saw a whole node).
     log(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
     return FakeServer(args).run()
