@@ -11,7 +11,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -25,6 +25,27 @@ EXIT_BAD_INPUT = 2
 
 class CliError(Exception):
     """Bad input: one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (no usage block), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"servetune: error: {message} (see {self.prog} --help)\n")
+
+
+# Flags whose value may itself start with '--' (argparse would read it as an option).
+_RAW_VALUE_FLAGS = ("--server-arg", "--server-cmd")
+
+
+def _glue_raw_values(argv: Sequence[str]) -> list[str]:
+    """``--server-arg --enable-foo`` -> ``--server-arg=--enable-foo``."""
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        value = next(words, None) if word in _RAW_VALUE_FLAGS else None
+        out.append(word if value is None else f"{word}={value}")
+    return out
 
 
 def parse_value(name: str, text: str) -> knobs.Value:
@@ -175,6 +196,8 @@ def _check_model_path(model: str) -> None:
 
 def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
     out = (args.out or Path("runs") / (args.name or f"servetune-{args.space_name}")).resolve()
+    if any(c in str(out) for c in "\n\r"):
+        raise CliError(f"--out {str(out)!r}: a folder name with a line break")
     name = args.name or out.name
     data: dict[str, Any] = {
         "name": name, "out_dir": out, "space": args.space, "pins": parse_pins(args.pin),
@@ -325,7 +348,7 @@ def cmd_spaces(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servetune", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="servetune", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run (or --resume) an experiment")
     _add_experiment_args(run)
@@ -347,9 +370,10 @@ COMMANDS = {"run": cmd_run, "plan": cmd_plan, "report": cmd_report, "best": cmd_
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = _glue_raw_values(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command is None:
-        args = parser.parse_args(["run", *(argv or [])])
+        args = parser.parse_args(["run", *argv])
     if hasattr(args, "space"):
         args.space_name = Path(args.space).stem
     try:
