@@ -7,8 +7,9 @@ ten-minute model load. Here the flags part of a command (what follows ``sglang s
 ``sglang.srt.server_args.prepare_server_args`` builds it, and nothing past parsing runs:
 no ``ServerArgs.from_cli_args``, no hardware.
 
-The heavy import (torch, triton, ~1.5 s) runs in a subprocess of the interpreter that runs
-SGLang, never in the driver or the trial. One subprocess parses many argvs. Answers are
+The heavy import (torch, triton, ~1.5-2.5 s) runs in a subprocess of the interpreter that runs
+SGLang, never in the driver or the trial. That subprocess stays up and parses every later
+argv in milliseconds (one per checker and interpreter; it exits when its owner does). Answers are
 cached per (interpreter, argv) in memory, and on disk in a JSON file when asked, keyed also
 by the installed SGLang version so that an upgrade invalidates them. ``ok`` is None when
 the check cannot run with that interpreter; the caller then launches unchecked.
@@ -21,6 +22,7 @@ import json
 import logging
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -28,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +42,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 120.0  # seconds for one subprocess (import + parser build + parses)
 CACHE_FORMAT = 1
 
-# Runs in the target interpreter: argvs (a JSON list of lists) on stdin, one JSON object on
-# the original stdout. Everything the import prints, at the Python or the C level, goes to
-# stderr so that it cannot corrupt the answer.
+# Runs in the target interpreter: one request per line on stdin (a JSON list of argvs), one
+# JSON object per line on the original stdout, until EOF. Everything the import prints, at
+# the Python or the C level, goes to stderr so that it cannot corrupt the answer.
 _PARSE_SCRIPT = r"""
 import json, logging, os, re, sys
 _out = os.fdopen(os.dup(1), "w")
@@ -49,10 +53,9 @@ sys.stdout = sys.stderr
 _ansi = re.compile(r"\x1b\[[0-9;]*m")
 
 def _reply(obj):
-    _out.write(json.dumps(obj))
+    _out.write(json.dumps(obj) + "\n")
     _out.flush()
 
-argvs = json.loads(sys.stdin.read())
 try:
     import argparse
     from sglang.srt.server_args import ServerArgs
@@ -101,21 +104,27 @@ def abbreviations(argv):
     return found
 
 options = parser._option_string_actions
-results = []
-for argv in argvs:
-    collect = Collect()
-    logging.getLogger().addHandler(collect)
-    try:
-        parser.parse_args(argv)
-        results.append({"ok": True, "warnings": abbreviations(argv) + collect.messages})
-    except Rejected as err:
-        results.append({"ok": False, "error": str(err), "warnings": collect.messages})
-    except Exception as err:
-        results.append({"ok": False, "error": "%s: %s" % (type(err).__name__, err),
-                        "warnings": collect.messages})
-    finally:
-        logging.getLogger().removeHandler(collect)
-_reply({"importable": True, "version": version, "results": results})
+
+def check(argvs):
+    results = []
+    for argv in argvs:
+        collect = Collect()
+        logging.getLogger().addHandler(collect)
+        try:
+            parser.parse_args(argv)
+            results.append({"ok": True, "warnings": abbreviations(argv) + collect.messages})
+        except Rejected as err:
+            results.append({"ok": False, "error": str(err), "warnings": collect.messages})
+        except Exception as err:
+            results.append({"ok": False, "error": "%s: %s" % (type(err).__name__, err),
+                            "warnings": collect.messages})
+        finally:
+            logging.getLogger().removeHandler(collect)
+    return results
+
+for line in sys.stdin:
+    if line.strip():
+        _reply({"importable": True, "version": version, "results": check(json.loads(line))})
 """
 
 # The installed SGLang's version from its metadata: cheap (~50 ms, no torch), used to key
@@ -179,6 +188,13 @@ class ParserCheck:
         self._memory: dict[tuple[str, Argv], PreflightResult] = {}
         self._skipped: set[str] = set()  # interpreters the check cannot run with
         self._versions: dict[str, str | None] = {}
+        self._residents: dict[str, _Resident] = {}
+        weakref.finalize(self, _close_all, self._residents)  # at exit, or when dropped
+
+    def close(self) -> None:
+        """Stop the parser processes (they also stop by themselves when this process ends)."""
+        with self._lock:
+            _close_all(self._residents)
 
     # ------------------------------------------------------------ public
     def check_many(self, argvs: Sequence[Sequence[str]], python: str | None = None,
@@ -243,23 +259,35 @@ class ParserCheck:
             self._versions[interpreter] = version
         return version
 
+    def _resident(self, interpreter: str) -> _Resident:
+        with self._lock:
+            resident = self._residents.get(interpreter)
+            if resident is not None and resident.proc.poll() is not None:
+                resident.close()  # it answered before and has died since: start another
+                resident = None
+            if resident is None:
+                resident = self._residents[interpreter] = _Resident(interpreter)
+            return resident
+
     def _run_parser(self, interpreter: str, argvs: list[Argv]) -> dict[Argv, PreflightResult]:
         skipped = f"SGLang not importable with {interpreter}: preflight skipped"
         try:
-            done = _run([interpreter, "-c", _PARSE_SCRIPT],
-                        json.dumps([list(a) for a in argvs]), self.timeout)
+            resident = self._resident(interpreter)
+            line = resident.ask(json.dumps([list(a) for a in argvs]), self.timeout)
         except subprocess.TimeoutExpired:
+            self._drop(interpreter)
             raise _Unavailable(f"SGLang preflight with {interpreter} timed out after "
                                f"{self.timeout:g} s: preflight skipped") from None
         except OSError as err:
             raise _Unavailable(f"{skipped} (cannot run it: {err.strerror or err})") from None
         try:
-            answer = json.loads(done.stdout)
+            answer = json.loads(line) if line is not None else None
         except ValueError:
             answer = None
-        if not isinstance(answer, dict):
-            raise _Unavailable(f"{skipped} (exit {done.returncode}: {_tail(done.stderr)})")
-        if not answer.get("importable"):
+        if not isinstance(answer, dict) or not answer.get("importable"):
+            code, stderr = self._drop(interpreter)
+            if not isinstance(answer, dict):
+                raise _Unavailable(f"{skipped} (exit {code}: {_tail(stderr)})")
             raise _Unavailable(f"{skipped} ({answer.get('error') or 'unknown error'})")
         version = answer.get("version")
         results = answer.get("results")
@@ -272,6 +300,83 @@ class ParserCheck:
                                   warnings=tuple(str(w) for w in r.get("warnings", ())))
             for argv, r in zip(argvs, results, strict=True)
         }
+
+
+    def _drop(self, interpreter: str) -> tuple[int | None, str]:
+        """Stop an interpreter's parser; returns its exit code and the tail of its stderr."""
+        with self._lock:
+            resident = self._residents.pop(interpreter, None)
+        return resident.close() if resident is not None else (None, "")
+
+
+class _Resident:
+    """A parser process that stays up: one request line in, one answer line out, until EOF
+    on its stdin, so that it ends with the process that owns it, however that one ends.
+    Its stderr (import noise, a crash) goes to a temporary file, read back on failure."""
+
+    def __init__(self, interpreter: str) -> None:
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        self.lock = threading.Lock()
+        self.buffer = b""
+        try:
+            # Its own session: a timeout kills the whole group (a wrapper's children too).
+            self.proc = subprocess.Popen([interpreter, "-c", _PARSE_SCRIPT],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self.stderr, start_new_session=True)
+        except OSError:
+            self.stderr.close()
+            raise
+
+    def ask(self, request: str, timeout: float) -> str | None:
+        """The answer line, or None when the process ended without one (TimeoutExpired)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with self.lock:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.write(request.encode() + b"\n")
+                self.proc.stdin.flush()
+            fd = self.proc.stdout.fileno()
+            deadline = time.monotonic() + timeout
+            while b"\n" not in self.buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(self.proc.args, timeout)
+                readable, _, _ = select.select([fd], [], [], left)
+                if not readable:
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:  # EOF: it ended
+                    line, self.buffer = self.buffer, b""
+                    return line.decode("utf-8", "replace") or None
+                self.buffer += chunk
+            line, _, self.buffer = self.buffer.partition(b"\n")
+            return line.decode("utf-8", "replace")
+
+    def close(self) -> tuple[int | None, str]:
+        """EOF, a second to exit, then SIGKILL to the group; the exit code and stderr."""
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        text = ""
+        with contextlib.suppress(OSError, ValueError):
+            self.stderr.seek(0)
+            text = self.stderr.read().decode("utf-8", "replace")
+            self.stderr.close()
+        return self.proc.returncode, text
+
+
+def _close_all(residents: dict[str, _Resident]) -> None:
+    while residents:
+        _, resident = residents.popitem()
+        with contextlib.suppress(Exception):
+            resident.close()
 
 
 _checker = ParserCheck()

@@ -11,11 +11,13 @@ import json
 import logging
 import os
 import stat
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from launchers.sglang import preflight
@@ -167,8 +169,39 @@ def test_memory_cache_per_argv(fake: FakePython) -> None:
     assert checker.check_argv(tuple(a), python=str(fake)) == first[0]
     assert checker.check_many([b, a], python=str(fake)) == [first[2], first[0]]
     assert fake.parses == 1
-    checker.check_argv([*BASE, "--tp-size", "8"], python=str(fake))
+    # A new argv goes to the same parser process: SGLang is imported once per checker.
+    assert checker.check_argv([*BASE, "--tp-size", "8"], python=str(fake)).ok is True
+    assert checker.check_argv([*BASE, "--tp-size", "x"], python=str(fake)).ok is False
+    assert fake.parses == 1
+    checker.close()
+    checker.check_argv([*BASE, "--tp-size", "16"], python=str(fake))
     assert fake.parses == 2
+    checker.close()
+
+
+def test_parser_process_ends_with_its_owner(fake: FakePython, tmp_path: Path) -> None:
+    """The resident parser exits at EOF on its stdin: a SIGKILLed owner leaves nothing."""
+    script = (
+        "import sys, time\n"
+        "from launchers.sglang.preflight import ParserCheck\n"
+        "c = ParserCheck()\n"
+        f"assert c.check_argv({BASE!r}, python={str(fake)!r}).ok\n"
+        "print(next(iter(c._residents.values())).proc.pid, flush=True)\n"
+        "time.sleep(60)\n")
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[3])
+    try:
+        assert owner.stdout is not None
+        pid = int(owner.stdout.readline())
+        assert psutil.pid_exists(pid)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and psutil.pid_exists(pid) and \
+            psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.05)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_memory_cache_is_per_interpreter(tmp_path: Path) -> None:
