@@ -16,8 +16,14 @@ server's verify pass does under tensor parallelism.
   MoE            P x 3 x hidden x moe_intermediate/t + router hidden x experts
                  + shared experts 3 x hidden x shared_intermediate/t
   LM head        hidden x ceil(vocab/t)
-all times e. The proxy holds exactly these tensors, so the bytes it reads are the bytes
-counted (a test checks this).
+all times e. A part the checkpoint quantizes (``shapes.Quantization``: Kimi-K2.5's INT4 routed
+experts, DeepSeek-V3's FP8 linears) is held narrower, so that the proxy reads the bytes the
+server reads: the width that part's weights are counted with above (an MLP or expert
+intermediate size, an attention or LM head output width) becomes w x b / e, rounded, where b is
+the checkpoint's bytes per weight with scales (0.5 + 2/32 for INT4 in groups of 32 with bf16
+scales; 1 + 4/128^2 for FP8 in 128x128 blocks). ``bytes_per_pass`` counts what the proxy
+reads, the effective bytes (``Geometry(..., quantize=False)`` counts the model dtype). The proxy
+holds exactly these tensors, so the bytes it reads are the bytes counted (a test checks this).
 
 (b) The approximation: ``APPROXIMATION`` below, returned by ``approximation()``.
 """
@@ -25,7 +31,7 @@ counted (a test checks this).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -34,8 +40,15 @@ import torch.distributed as dist
 from launchers.proxy.shapes import Shape
 
 APPROXIMATION: tuple[str, ...] = (
-    "Weights are random (fixed seed) and held in bf16 on GPU, float32 on CPU, whatever the "
-    "checkpoint stores: an FP8 or INT4 checkpoint reads fewer bytes than counted here.",
+    "Weights are random (fixed seed) and held in bf16 on GPU, float32 on CPU.",
+    "A quantized checkpoint (quantization_config: compressed-tensors such as Kimi-K2.5's INT4 "
+    "routed experts, or FP8 blocks such as DeepSeek-V3's) is modelled by its bytes, not by its "
+    "kernels: each quantized weight is held narrower by (checkpoint bytes per weight, scales "
+    "included) / (proxy bytes per element), so the pass reads the checkpoint's bytes with plain "
+    "matmuls. MLP and expert intermediate widths shrink; attention and LM head outputs are "
+    "computed narrower and tiled back to full width. The dequantizing kernels' own cost, and "
+    "FP8 tensor-core speed, are not modelled; a quantization method other than these two is "
+    "read in the model dtype (the ready line says so).",
     "MoE routing is fixed: verify token i goes to experts (i*top_k + j) mod P, so every "
     "token reaches its own distinct experts, P = min(experts, tokens*top_k) of them - the "
     "most expert weight a pass can read (real routing shares experts between tokens). Only "
@@ -49,12 +62,33 @@ APPROXIMATION: tuple[str, ...] = (
     "With --layers N fewer than the model's, N layers run (dense and MoE in the model's "
     "proportion) and their time is scaled by num_hidden_layers/N; the LM head and its "
     "all-gather are timed on their own and not scaled; collectives are timed at the full "
-    "model's count.",
+    "model's count. On GPUs where the whole model does not fit and no --layers is given, N is "
+    "the most layers that fit in 85% of a GPU's memory (scaled: true).",
 )
+
+
+FIT_FRACTION = 0.85  # of a GPU's total memory that the weights and caches may take when fitted
 
 
 def approximation() -> list[str]:
     return list(APPROXIMATION)
+
+
+def fit_layers(geo: Geometry, memory: int) -> int | None:
+    """The most layers of ``geo``'s model whose weights and caches take at most FIT_FRACTION
+    of ``memory`` bytes per GPU (at least 1); None when the whole model fits. Deterministic for
+    a GPU model (total memory, not free memory), so every trial of an experiment runs the same
+    layers and shares one correctness reference."""
+    budget = FIT_FRACTION * memory
+    n = geo.shape.num_hidden_layers
+    if replace(geo, layers=None).bytes_per_pass(full=False)["total"] <= budget:
+        return None
+    fit = 1
+    for k in range(2, n):
+        if replace(geo, layers=k).bytes_per_pass(full=False)["total"] > budget:
+            break
+        fit = k
+    return fit
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -72,6 +106,7 @@ class Geometry:
     kv_len: int = 1
     layers: int | None = None  # layers run; None: all
     elem_bytes: int = 2
+    quantize: bool = True  # hold quantized parts at the checkpoint's bytes (False: as dtype)
 
     def __post_init__(self) -> None:
         s, t = self.shape, self.ranks
@@ -127,6 +162,27 @@ class Geometry:
     def vocab_shard(self) -> int:
         return _ceil_div(self.shape.vocab_size, self.ranks)
 
+    def width(self, part: str, n: int) -> int:
+        """The width ``n`` of a weight of ``part`` as held: scaled by the checkpoint's bytes
+        per weight over the proxy's bytes per element when the checkpoint quantizes it."""
+        q = self.shape.quantization
+        b = q.bytes_per_weight(part) if q is not None and self.quantize else None
+        if b is None or b >= self.elem_bytes:
+            return n
+        return max(1, round(n * b / self.elem_bytes))
+
+    @property
+    def dense_width(self) -> int:
+        return self.width("dense_mlp", self.intermediate)
+
+    @property
+    def moe_width(self) -> int:
+        return self.width("routed_experts", self.moe_intermediate)
+
+    @property
+    def shared_width(self) -> int:
+        return self.width("shared_experts", self.shared_intermediate)
+
     @property
     def expert_pool(self) -> int:
         """Distinct experts a pass reaches per layer (each token its own top_k)."""
@@ -149,17 +205,21 @@ class Geometry:
 
     # ------------------------------------------------------------ parameters per rank
     def attention_params(self) -> int:
-        s, h = self.shape, self.shape.hidden_size
+        s, h, hl = self.shape, self.shape.hidden_size, self.heads
+
+        def w(n: int) -> int:
+            return self.width("attention", n)
+
         if s.is_mla:
             assert s.kv_lora_rank is not None
-            qk = s.qk_nope_head_dim + s.qk_rope_head_dim
-            q = (h * s.q_lora_rank + s.q_lora_rank * self.heads * qk) if s.q_lora_rank \
-                else h * self.heads * qk
-            kv_a = h * (s.kv_lora_rank + s.qk_rope_head_dim)
-            kv_b = s.kv_lora_rank * self.heads * (s.qk_nope_head_dim + s.v_head_dim)
-            return q + kv_a + kv_b + self.heads * s.v_head_dim * h
+            lat, nope, rope = s.kv_lora_rank, s.qk_nope_head_dim, s.qk_rope_head_dim
+            q_lora = s.q_lora_rank or 0
+            a = h * w(q_lora + lat + rope)  # q_a and kv_a (replicated)
+            q_b = (q_lora or h) * w(hl * (nope + rope))
+            kv_b = hl * nope * w(lat) + hl * lat * w(s.v_head_dim)  # absorbed: k_c, v_c
+            return a + q_b + kv_b + hl * s.v_head_dim * w(h)
         d = s.head_dim
-        return h * (self.heads + 2 * self.kv_heads) * d + self.heads * d * h
+        return h * w((hl + 2 * self.kv_heads) * d) + hl * d * w(h)
 
     def kv_cache_elems(self) -> int:
         s = self.shape
@@ -169,15 +229,15 @@ class Geometry:
         return self.batch * self.kv_len * 2 * self.kv_heads * s.head_dim
 
     def dense_params(self) -> int:
-        return 3 * self.shape.hidden_size * self.intermediate
+        return 3 * self.shape.hidden_size * self.dense_width
 
     def moe_params(self) -> int:
         h = self.shape.hidden_size
-        routed = self.expert_pool * 3 * h * self.moe_intermediate
-        return routed + h * self.shape.n_routed_experts + 3 * h * self.shared_intermediate
+        routed = self.expert_pool * 3 * h * self.moe_width
+        return routed + h * self.shape.n_routed_experts + 3 * h * self.shared_width
 
     def head_params(self) -> int:
-        return self.shape.hidden_size * self.vocab_shard
+        return self.shape.hidden_size * self.width("lm_head", self.vocab_shard)
 
     def bytes_per_pass(self, full: bool = True) -> dict[str, int]:
         """Bytes one verify pass reads on one GPU, by part (``full``: the whole model)."""
@@ -194,10 +254,12 @@ class Geometry:
         return parts
 
     def describe(self) -> dict[str, object]:
+        q = self.shape.quantization
         return {"tokens": self.tokens, "layers_run": self.layers_run, "scaled": self.scaled,
                 "heads_per_rank": self.heads, "kv_heads_per_rank": self.kv_heads,
                 "expert_pool": self.expert_pool if self.shape.is_moe else 0,
-                "layer_kinds": "".join(k[0] for k in self.layer_kinds())}
+                "layer_kinds": "".join(k[0] for k in self.layer_kinds()),
+                "quantization": q.describe() if q is not None else None}
 
 
 # ---------------------------------------------------------------- collectives
@@ -241,6 +303,15 @@ def _norm(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(var + 1e-6).to(x.dtype)
 
 
+def _widen(y: torch.Tensor, n: int) -> torch.Tensor:
+    """``y`` tiled along its last dimension to width ``n``: the output of a weight held narrower
+    for a quantized checkpoint (``Geometry.width``) back at its real width."""
+    have = y.shape[-1]
+    if have == n:
+        return y
+    return y.repeat(*([1] * (y.dim() - 1)), _ceil_div(n, have))[..., :n]
+
+
 def _swiglu(x: torch.Tensor) -> torch.Tensor:
     gate, up = x.chunk(2, dim=-1)
     return torch.nn.functional.silu(gate) * up
@@ -263,7 +334,7 @@ class ProxyModel:
         self.out_scale = 1.0 / math.sqrt(2 * s.num_hidden_layers)  # residual branches stay small
         self.x = self._rand((T, h), 1.0, self._shared)
         self.layers = [self._build_layer(kind) for kind in geo.layer_kinds()]
-        self.head_w = self._rand((h, geo.vocab_shard), h, self._own)
+        self.head_w = self._rand((h, geo.width("lm_head", geo.vocab_shard)), h, self._own)
         self.gather_buf = torch.zeros((geo.ranks * T, geo.vocab_shard), device=self.device,
                                       dtype=dtype)
         self.gather_src = torch.zeros((T, geo.vocab_shard), device=self.device, dtype=dtype)
@@ -287,35 +358,39 @@ class ProxyModel:
     def _build_layer(self, kind: str) -> dict[str, torch.Tensor]:
         geo, s, h = self.geo, self.geo.shape, self.geo.shape.hidden_size
         w: dict[str, torch.Tensor] = {}
+
+        def aw(n: int) -> int:  # an attention output width as held (quantized: narrower)
+            return geo.width("attention", n)
+
         if s.is_mla:
             assert s.kv_lora_rank is not None
             lat, rope, nope, hl = s.kv_lora_rank, s.qk_rope_head_dim, s.qk_nope_head_dim, geo.heads
             q_lora = s.q_lora_rank or 0
-            w["a"] = self._rand((h, q_lora + lat + rope), h, self._shared)
+            w["a"] = self._rand((h, aw(q_lora + lat + rope)), h, self._shared)
             q_in = q_lora or h
-            w["q_b"] = self._rand((q_in, hl * (nope + rope)), q_in, self._own)
-            w["k_c"] = self._rand((hl, nope, lat), nope, self._own)
-            w["v_c"] = self._rand((hl, lat, s.v_head_dim), lat, self._own)
-            w["o"] = self._rand((hl * s.v_head_dim, h), hl * s.v_head_dim, self._own,
+            w["q_b"] = self._rand((q_in, aw(hl * (nope + rope))), q_in, self._own)
+            w["k_c"] = self._rand((hl, nope, aw(lat)), nope, self._own)
+            w["v_c"] = self._rand((hl, lat, aw(s.v_head_dim)), lat, self._own)
+            w["o"] = self._rand((hl * s.v_head_dim, aw(h)), hl * s.v_head_dim, self._own,
                                 self.out_scale)
             w["cache"] = self._rand((geo.batch, geo.kv_len, lat + rope), 1.0, self._shared)
         else:
             d, hl, kvl = s.head_dim, geo.heads, geo.kv_heads
-            w["qkv"] = self._rand((h, (hl + 2 * kvl) * d), h, self._own)
-            w["o"] = self._rand((hl * d, h), hl * d, self._own, self.out_scale)
+            w["qkv"] = self._rand((h, aw((hl + 2 * kvl) * d)), h, self._own)
+            w["o"] = self._rand((hl * d, aw(h)), hl * d, self._own, self.out_scale)
             w["k"] = self._rand((geo.batch, kvl, geo.kv_len, d), 1.0, self._own)
             w["v"] = self._rand((geo.batch, kvl, geo.kv_len, d), 1.0, self._own)
         if kind == "dense":
-            w["gate_up"] = self._rand((h, 2 * geo.intermediate), h, self._own)
-            w["down"] = self._rand((geo.intermediate, h), geo.intermediate, self._own,
-                                   self.out_scale)
+            dw = geo.dense_width
+            w["gate_up"] = self._rand((h, 2 * dw), h, self._own)
+            w["down"] = self._rand((dw, h), dw, self._own, self.out_scale)
         else:
-            pool, im = geo.expert_pool, geo.moe_intermediate
+            pool, im = geo.expert_pool, geo.moe_width
             w["router"] = self._rand((h, s.n_routed_experts), h, self._shared)
             w["w1"] = self._rand((pool, h, 2 * im), h, self._own)
             w["w2"] = self._rand((pool, im, h), im, self._own, self.out_scale)
             if geo.shared_intermediate:
-                si = geo.shared_intermediate
+                si = geo.shared_width
                 w["shared_gate_up"] = self._rand((h, 2 * si), h, self._own)
                 w["shared_down"] = self._rand((si, h), si, self._own, self.out_scale)
         return w
@@ -340,7 +415,7 @@ class ProxyModel:
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """Final norm, the vocab-parallel LM head and the logits all-gather: [T x vocab]."""
         geo = self.geo
-        local = _norm(x) @ self.head_w
+        local = _widen(_norm(x) @ self.head_w, geo.vocab_shard)
         self.comm.all_gather(self.gather_buf, local)
         full = self.gather_buf.view(geo.ranks, geo.tokens, geo.vocab_shard).transpose(0, 1)
         # clone: with one rank the reshape is a view of gather_buf, which other graphs reuse
@@ -361,10 +436,11 @@ class ProxyModel:
             assert s.kv_lora_rank is not None
             lat, nope, rope = s.kv_lora_rank, s.qk_nope_head_dim, s.qk_rope_head_dim
             q_lora = s.q_lora_rank or 0
-            a = h @ w["a"]  # q_a, and the new token's latent (computed, not appended)
+            a = _widen(h @ w["a"], q_lora + lat + rope)  # q_a, the new latent (not appended)
             q_in = _norm(a[:, :q_lora]) if q_lora else h
-            q = (q_in @ w["q_b"]).view(T, hl, nope + rope).transpose(0, 1)  # [hl, T, nope+rope]
-            q_lat = torch.bmm(q[..., :nope], w["k_c"])  # absorbed: [hl, T, lat]
+            q = _widen(q_in @ w["q_b"], hl * (nope + rope))
+            q = q.view(T, hl, nope + rope).transpose(0, 1)  # [hl, T, nope+rope]
+            q_lat = _widen(torch.bmm(q[..., :nope], w["k_c"]), lat)  # absorbed: [hl, T, lat]
             q_all = torch.cat([q_lat, q[..., nope:]], dim=-1)
             q_all = q_all.view(hl, b, d, lat + rope).permute(1, 2, 0, 3).reshape(b, d * hl, -1)
             cache = w["cache"]
@@ -372,17 +448,18 @@ class ProxyModel:
             p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
             o = torch.bmm(p, cache[..., :lat])  # [b, d*hl, lat]
             o = o.view(b, d, hl, lat).permute(2, 0, 1, 3).reshape(hl, T, lat)
-            out = torch.bmm(o, w["v_c"]).transpose(0, 1).reshape(T, hl * s.v_head_dim)
-            return out @ w["o"]
+            out = _widen(torch.bmm(o, w["v_c"]), s.v_head_dim)
+            out = out.transpose(0, 1).reshape(T, hl * s.v_head_dim)
+            return _widen(out @ w["o"], s.hidden_size)
         hd, kvl = s.head_dim, geo.kv_heads
         g = hl // kvl
-        q = (h @ w["qkv"])[:, : hl * hd]  # new K/V computed, not appended
+        q = _widen(h @ w["qkv"], (hl + 2 * kvl) * hd)[:, : hl * hd]  # new K/V not appended
         q = q.reshape(b, d, kvl, g, hd).permute(0, 2, 1, 3, 4).reshape(b, kvl, d * g, hd)
         scores = torch.matmul(q, w["k"].transpose(-1, -2)) / math.sqrt(hd)
         p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)
         o = torch.matmul(p, w["v"])  # [b, kvl, d*g, hd]
         o = o.view(b, kvl, d, g, hd).permute(0, 2, 1, 3, 4).reshape(T, hl * hd)
-        return o @ w["o"]
+        return _widen(o @ w["o"], s.hidden_size)
 
     def _mlp(self, h: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
         if "gate_up" in w:

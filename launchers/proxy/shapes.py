@@ -3,12 +3,20 @@
 Presets live in ``launchers/proxy/shapes/<name>.json`` and hold facts only, under the field
 names config.json uses. A multimodal config (Kimi-K2.5) keeps its language model under
 ``text_config``; that part is what the proxy reads. Nothing here imports torch.
+
+A checkpoint's ``quantization_config`` is read into a ``Quantization``: the bytes per weight,
+scales included, of each part of a layer (``PARTS``) as the server holds them, so that the
+proxy can read as many bytes per pass as the real model (``launchers.proxy.model``). Two
+formats are understood: compressed-tensors (``targets`` Linear minus the ``ignore`` patterns;
+Kimi-K2.5's INT4 routed experts) and ``fp8`` (DeepSeek-V3's 128x128 block FP8). Any other
+method is reported as not modelled and read in the model dtype.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -65,6 +73,108 @@ def shape_name(name_or_path: str) -> str:
     return (path if path.is_dir() else path.parent).name or path.stem
 
 
+# The parts of a decoder layer the proxy holds, with a module name of each as Hugging Face
+# DeepSeek-style checkpoints spell it: what quantization_config's ignore patterns match.
+PARTS: dict[str, str] = {
+    "attention": "model.layers.1.self_attn.o_proj",
+    "dense_mlp": "model.layers.0.mlp.down_proj",
+    "shared_experts": "model.layers.1.mlp.shared_experts.down_proj",
+    "routed_experts": "model.layers.1.mlp.experts.0.down_proj",
+    "lm_head": "lm_head",
+}
+_SCALE_BYTES = {"torch.uint8": 1, "torch.float8_e4m3fn": 1, "torch.float8_e8m0fnu": 1,
+                "torch.float16": 2, "torch.bfloat16": 2, "torch.float32": 4}
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """What a checkpoint's quantization_config means for the bytes a pass reads.
+
+    ``part_bytes``: (part, bytes per weight with scales) for each quantized part of ``PARTS``;
+    parts not listed are held in the model dtype. The router and the KV cache never are."""
+
+    method: str
+    scheme: str = ""
+    part_bytes: tuple[tuple[str, float], ...] = ()
+    modelled: bool = True
+
+    def bytes_per_weight(self, part: str) -> float | None:
+        return dict(self.part_bytes).get(part)
+
+    def describe(self) -> dict[str, object]:
+        return {"method": self.method, "scheme": self.scheme, "modelled": self.modelled,
+                "bytes_per_weight": dict(self.part_bytes)}
+
+
+def _ignored(name: str, patterns: list[Any]) -> bool:
+    """compressed-tensors matching: ``re:`` patterns match from the start of the module
+    name; plain ones are a module name or its last components."""
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            continue
+        if pattern.startswith("re:"):
+            if re.match(pattern[3:], name):
+                return True
+        elif name == pattern or name.endswith("." + pattern):
+            return True
+    return False
+
+
+def _compressed_tensors(q: Mapping[str, Any]) -> Quantization:
+    ignore = list(q.get("ignore") or [])
+    part_bytes: dict[str, float] = {}
+    schemes = []
+    groups = q.get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, dict) else []:
+        weights = group.get("weights") if isinstance(group, dict) else None
+        targets = group.get("targets") or []
+        if not isinstance(weights, dict) or "Linear" not in targets:
+            continue
+        bits = int(weights.get("num_bits") or 16)
+        size = weights.get("group_size")
+        strategy = weights.get("strategy") or "tensor"
+        scale = _SCALE_BYTES.get(str(weights.get("scale_dtype")), 2)  # model dtype: bf16
+        per_weight = bits / 8
+        if strategy == "group" and isinstance(size, int) and size > 0:
+            per_weight += scale / size
+            if weights.get("symmetric") is False:
+                per_weight += bits / 8 / size  # a packed zero point per group
+        schemes.append(f"{weights.get('type', 'int')}{bits} {strategy}"
+                       + (f" {size}" if strategy == "group" else ""))
+        for part, module in PARTS.items():
+            if not _ignored(module, ignore):
+                part_bytes[part] = per_weight
+    scheme = f"{', '.join(schemes)} on {', '.join(sorted(part_bytes)) or 'nothing'}"
+    return Quantization("compressed-tensors", scheme, tuple(sorted(part_bytes.items())))
+
+
+def _fp8(q: Mapping[str, Any]) -> Quantization:
+    block = q.get("weight_block_size")
+    per_weight = 1.0
+    if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) for b in block):
+        per_weight += 4 / (block[0] * block[1])  # a float32 scale per block
+    skip = [*(q.get("modules_to_not_convert") or q.get("ignored_layers") or []), "lm_head"]
+    part_bytes = {part: per_weight for part, module in PARTS.items()
+                  if not _ignored(module, skip)}
+    scheme = f"fp8 {q.get('fmt', 'e4m3')}" + (
+        f" {block[0]}x{block[1]} blocks" if isinstance(block, list) and len(block) == 2 else "")
+    scheme += f" on {', '.join(sorted(part_bytes))}"
+    return Quantization("fp8", scheme, tuple(sorted(part_bytes.items())))
+
+
+def read_quantization(config: Mapping[str, Any]) -> Quantization | None:
+    """The checkpoint's quantization_config, or None for an unquantized checkpoint."""
+    q = config.get("quantization_config") or config.get("compression_config")
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method") or "unknown")
+    if method == "compressed-tensors":
+        return _compressed_tensors(q)
+    if method == "fp8":
+        return _fp8(q)
+    return Quantization(method, "not modelled: held in the model dtype", (), modelled=False)
+
+
 @dataclass(frozen=True)
 class Shape:
     """The fields of a config.json the proxy uses, normalized across model families.
@@ -91,7 +201,7 @@ class Shape:
     moe_intermediate_size: int = 0
     shared_intermediate: int = 0
     first_k_dense_replace: int = 0
-    quantized: bool = False  # the checkpoint has a quantization_config (the proxy holds bf16)
+    quantization: Quantization | None = None  # the checkpoint's quantization_config
 
     @property
     def is_mla(self) -> bool:
@@ -100,6 +210,11 @@ class Shape:
     @property
     def is_moe(self) -> bool:
         return self.n_routed_experts > 0
+
+    @property
+    def quantized(self) -> bool:
+        """The checkpoint has a quantization_config."""
+        return self.quantization is not None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], name: str = "") -> Shape:
@@ -140,7 +255,7 @@ class Shape:
             moe_intermediate_size=moe_inter,
             shared_intermediate=shared if experts else 0,
             first_k_dense_replace=min(opt("first_k_dense_replace"), req("num_hidden_layers")),
-            quantized="quantization_config" in config,
+            quantization=read_quantization(config),
         )
         if mla and (shape.v_head_dim < 1 or shape.qk_nope_head_dim + shape.qk_rope_head_dim < 1):
             raise ValueError(f"shape {name!r}: MLA needs v_head_dim and qk_*_head_dim")

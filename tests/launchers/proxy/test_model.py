@@ -55,6 +55,45 @@ def test_held_bytes_are_the_bytes_counted(name: str, ranks: int, layers: int | N
     assert ProxyModel(geo).held_bytes() == geo.bytes_per_pass(full=False)["total"]
 
 
+INT4_EXPERTS = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+    "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                       "strategy": "group", "group_size": 32}}},
+    "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*",
+               "re:.*mlp\\.(gate|up|gate_up|down)_proj.*", "re:.*lm_head.*"]}
+FP8_BLOCKS = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+
+
+def quantized(name: str, config: dict[str, object], **kw: int) -> Geometry:
+    settings = {"batch": 2, "draft_tokens": 3, "kv_len": 32, "elem_bytes": 4, **kw}
+    shape = Shape.from_config({**load_shape(name), "quantization_config": config}, name)
+    return Geometry(shape, **settings)
+
+
+@pytest.mark.parametrize("name, config, ranks", [
+    ("tiny", INT4_EXPERTS, 1), ("tiny", FP8_BLOCKS, 1), ("tiny", FP8_BLOCKS, 2),
+    ("tiny-dense", FP8_BLOCKS, 1), ("tiny-dense", FP8_BLOCKS, 2), ("tiny-dense", INT4_EXPERTS, 1)])
+def test_quantized_parts_are_held_narrower(name: str, config: dict[str, object],
+                                           ranks: int) -> None:
+    """The held bytes are still the counted bytes, now fewer; the pass still gives logits."""
+    geo = quantized(name, config, ranks=ranks)
+    plain = Geometry(geo.shape, ranks=ranks, batch=2, draft_tokens=3, kv_len=32, elem_bytes=4,
+                     quantize=False)
+    model = ProxyModel(geo)
+    assert model.held_bytes() == geo.bytes_per_pass(full=False)["total"]
+    dense_only_int4 = name == "tiny-dense" and config is INT4_EXPERTS  # nothing quantized
+    assert (model.held_bytes() == ProxyModel(plain).held_bytes()) is dense_only_int4
+    if ranks == 1:  # more ranks need a process group (test_workload runs them)
+        logits = model.forward()
+        assert logits.shape == (6, geo.shape.vocab_size) and bool(torch.isfinite(logits).all())
+
+
+def test_int4_experts_width() -> None:
+    geo = quantized("tiny", INT4_EXPERTS)  # float32 on CPU: 0.5625 / 4 of the width
+    assert geo.moe_width == round(64 * 0.5625 / 4) == 9
+    assert geo.shared_width == 64 and geo.dense_width == 512  # ignored by the checkpoint
+    assert ProxyModel(geo).layers[1]["w1"].shape == (12, 256, 18)
+
+
 def test_many_tokens_per_expert() -> None:
     geo = geometry("tiny", batch=4, draft_tokens=4)  # 16 tokens x 2 > 16 experts
     assert geo.expert_rounds == 2

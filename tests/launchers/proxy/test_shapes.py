@@ -60,7 +60,9 @@ def test_kimi_text_config_is_read() -> None:
 
 
 def test_kimi_bytes_per_pass_tp8() -> None:
-    """Hand computed: tp 8, batch 1, 4 draft tokens, 4096 KV entries, bf16."""
+    """Hand computed: tp 8, batch 1, 4 draft tokens, 4096 KV entries, bf16; the routed
+    experts are INT4 in groups of 32 with a bf16 scale each: 0.5 + 2/32 = 0.5625 bytes per
+    weight, so the proxy holds them 0.5625/2 as wide (256 -> 72 per rank)."""
     geo = Geometry(shape("kimi-k2.5"), ranks=8, batch=1, draft_tokens=4, kv_len=4096)
     h, heads = 7168, 8  # 64 heads / 8 ranks
     attention = (h * 1536 + 1536 * heads * 192        # q_a (replicated), q_b
@@ -68,13 +70,57 @@ def test_kimi_bytes_per_pass_tp8() -> None:
                  + heads * 128 * h)                   # o_proj
     kv = 4096 * 576
     dense = 3 * h * 18432 // 8
-    moe = 32 * 3 * h * 256 + h * 384 + 3 * h * 256   # 4 tokens x top 8 experts, router, shared
+    router, shared = h * 384, 3 * h * 256             # bf16 in the checkpoint
+    experts = 32 * 3 * h * 256                         # 4 tokens x top 8 experts
     head = h * 163840 // 8
-    expected = 2 * (61 * (attention + kv) + dense + 60 * moe + head)
+    int4 = 0.5 + 2 / 32
+    expected = 2 * (61 * (attention + kv) + dense + 60 * (router + shared) + head) \
+        + 60 * experts * int4
     parts = geo.bytes_per_pass()
-    assert parts["total"] == expected == 25_968_902_144
+    assert parts["total"] == expected == 10_775_035_904
+    assert parts["moe"] == 60 * (2 * (router + shared) + experts * int4)
     assert parts["lm_head"] == 2 * head and parts["kv_cache"] == 2 * 61 * kv
-    assert geo.expert_pool == 32 and geo.expert_rounds == 1
+    assert geo.expert_pool == 32 and geo.expert_rounds == 1 and geo.moe_width == 72
+    bf16 = Geometry(shape("kimi-k2.5"), ranks=8, batch=1, draft_tokens=4, kv_len=4096,
+                    quantize=False).bytes_per_pass()
+    assert bf16["total"] == expected + 60 * experts * (2 - int4) == 25_968_902_144
+
+
+def test_deepseek_fp8_bytes_per_pass_tp8() -> None:
+    """FP8 in 128x128 blocks with a float32 scale each: 1 + 4/16384 bytes per weight for
+    every linear but the router and the LM head; the proxy holds those widths halved."""
+    geo = Geometry(shape("deepseek-v3"), ranks=8, batch=1, draft_tokens=4, kv_len=4096)
+    fp8 = 1 + 4 / 128**2
+    assert geo.shape.quantization is not None
+    assert geo.shape.quantization.bytes_per_weight("attention") == fp8
+    assert geo.shape.quantization.bytes_per_weight("lm_head") is None
+    assert (geo.dense_width, geo.moe_width, geo.shared_width) == (1152, 128, 128)  # 2304, 256
+    h, heads = 7168, 16  # 128 heads / 8 ranks
+
+    def w(n: int) -> int:
+        return round(n * fp8 / 2)
+
+    attention = (h * w(1536 + 512 + 64) + 1536 * w(heads * 192)
+                 + heads * 128 * w(512) + heads * 512 * w(128) + heads * 128 * w(h))
+    kv = 4096 * 576
+    dense = 3 * h * 1152
+    moe = 32 * 3 * h * 128 + h * 256 + 3 * h * 128
+    head = h * 129280 // 8
+    expected = 2 * (61 * (attention + kv) + 3 * dense + 58 * moe + head)
+    assert geo.bytes_per_pass()["total"] == expected == 13_652_578_304
+
+
+def test_quantization_config_is_read() -> None:
+    kimi = shape("kimi-k2.5").quantization
+    assert kimi is not None and kimi.method == "compressed-tensors" and kimi.modelled
+    assert dict(kimi.part_bytes) == {"routed_experts": 0.5625}  # attention, shared, dense, head
+    assert "int4 group 32" in kimi.scheme and shape("kimi-k2.5").quantized
+    assert shape("llama-3.1-70b").quantization is None and not shape("tiny").quantized
+    config = {**load_shape("tiny"), "quantization_config": {"quant_method": "awq", "bits": 4}}
+    awq = Shape.from_config(config, "tiny-awq").quantization
+    assert awq is not None and not awq.modelled and awq.part_bytes == ()
+    assert Geometry(Shape.from_config(config, "tiny-awq")).bytes_per_pass() == \
+        Geometry(shape("tiny")).bytes_per_pass()  # not modelled: read in the model dtype
 
 
 def test_llama_bytes_per_pass() -> None:
