@@ -99,6 +99,11 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--metric", help="default: the workload's (output_tok_s / est_tok_s)")
     g.add_argument("--mode", choices=["max", "min"])
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--screen", choices=["proxy"],
+                   help="sglang: screen the NCCL knobs on the proxy first, then run the top "
+                   "--screen-top settings as server trials")
+    g.add_argument("--screen-top", type=int, default=3)
+    g.add_argument("--screen-samples", type=int, help="proxy trials in the screen")
     g.add_argument("--no-failure-aware", action="store_true",
                    help="do not avoid values that failed the same way twice")
     w = p.add_argument_group("workload")
@@ -208,7 +213,9 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         "num_gpus": args.num_gpus, "num_cpus": args.num_cpus, "address": args.address,
         "dashboard": not args.no_dashboard, "confirm": args.confirm,
         **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),
-        "confirm_top": args.confirm_top,
+        "confirm_top": args.confirm_top, "screen": args.screen, "screen_top": args.screen_top,
+        "screen_samples": args.screen_samples,
+        "screen_model": args.model_config if args.screen else None,
     }
     try:
         return ExperimentSpec.model_validate(data)
@@ -243,6 +250,12 @@ def check_before_launch(spec: ExperimentSpec) -> None:
         node_gpus = spec.gpus_per_trial or gpus
         if args.tp is not None and node_gpus is not None and args.tp > node_gpus:
             raise CliError(f"--tp {args.tp} is larger than the {node_gpus} GPUs a node has")
+    if spec.screen is not None:
+        from tuner.screen import screen_shape
+
+        if spec.workload.kind != "sglang":
+            raise CliError("--screen proxy screens for the sglang workload: give --model")
+        screen_shape(spec)
     if spec.address is not None:
         check_address(spec.address)
 
@@ -266,7 +279,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                            f"{spec.out_dir} or another --out")
         resume = False
     check_before_launch(spec)
-    outcome = experiment.run(spec, resume=resume)
+    if spec.screen is not None:
+        from tuner.screen import run_screened
+
+        outcome = run_screened(spec, resume=resume)
+    else:
+        outcome = experiment.run(spec, resume=resume)
     return 130 if outcome.interrupted else 0
 
 

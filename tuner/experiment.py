@@ -93,8 +93,14 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
     ctx = TrialContext(spec.marker_id, trial_id, trial_dir,
                        tuple(str(g) for g in ray.get_gpu_ids()), port, spec.seed)
     ready_timeout = float(getattr(spec.workload, "ready_timeout", 1800.0))
+    node_id = ray.get_runtime_context().get_node_id()
+
+    def report(metrics: dict[str, Any]) -> None:
+        # Which node ran the trial (nodes of one host share an IP): a column of results.csv.
+        tune.report({**metrics, "node_id": node_id})
+
     run_trial(config, space=setup.space, workload=setup.workload, ctx=ctx, rounds=spec.rounds,
-              report=tune.report, stop_grace=spec.stop_grace,
+              report=report, stop_grace=spec.stop_grace,
               gpu_clean_timeout=spec.gpu_clean_timeout, ready_timeout=ready_timeout,
               experiment_prefix=setup.marker_prefix)
 
@@ -165,8 +171,9 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
         yield Cluster(len(alive), gpus, f"http://{url}" if url else None, started_here)
     finally:
         ray.shutdown()
-        if started_here:
-            process.reap_all(marker_prefix)
+        # Servers this experiment left on this host (the marker names this experiment's
+        # folder, so with --address nothing of other drivers is touched).
+        process.reap_all(marker_prefix)
 
 
 def gpus_per_trial(spec: ExperimentSpec, cluster: Cluster) -> int:
@@ -257,7 +264,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
         stack = build_search(setup.space, setup.objective, search=spec.search,
                              stage_search=spec.stage_search, samples=spec.samples,
                              seed=spec.seed, failure_aware=spec.failure_aware,
-                             max_concurrent=max(slots, 1), out_dir=out_dir)
+                             max_concurrent=max(slots, 1), out_dir=out_dir,
+                             points=spec.points or None)
         for note in stack.notes:
             echo(note)
         trainable = tune.with_resources(

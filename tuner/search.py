@@ -16,7 +16,13 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 from search_spaces.space import SearchSpace
 from tuner.recorder import REJECTED, append_jsonl
 from tuner.results import Objective
-from tuner.searchers import FailureMemory, FilteringSearcher, SpaceSearcher, StagedSearcher
+from tuner.searchers import (
+    FailureMemory,
+    FilteringSearcher,
+    PointsSearcher,
+    SpaceSearcher,
+    StagedSearcher,
+)
 
 
 def optuna_searcher(space: SearchSpace, objective: Objective, seed: int) -> Searcher:
@@ -73,9 +79,16 @@ class SearchStack:
 
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
                  samples: int, seed: int, failure_aware: bool, max_concurrent: int,
-                 out_dir: Path) -> SearchStack:
+                 out_dir: Path, points: list[dict[str, Any]] | None = None) -> SearchStack:
     notes: list[str] = []
     staged = None
+    if points:
+        fixed = PointsSearcher(space, points, objective.metric, objective.mode)
+        filtering = FilteringSearcher(fixed, space, pass_invalid=True,
+                                      on_reject=_RejectLog(out_dir / REJECTED))
+        notes.append(f"evaluating {len(fixed.queue)} given configurations (baseline first)")
+        return SearchStack(ConcurrencyLimiter(filtering, max_concurrent=max_concurrent),
+                           filtering, None, len(fixed.queue), notes)
     if search == "staged":
         staged = StagedSearcher(space, samples, objective.rounds,
                                 _StageInner(stage_search, objective), seed,

@@ -385,3 +385,33 @@ class StagedSearcher(_Pickled):
             self.values.pop(trial_id, None)
         if self.inner is not None and self.stage_of.get(trial_id) == self.current_stage:
             self.inner.on_trial_complete(trial_id, result=result, error=error)
+
+
+class PointsSearcher(_Pickled):
+    """The baseline, then exactly the given configurations, in order (no search)."""
+
+    def __init__(self, space: SearchSpace, points: list[Config],
+                 metric: str | None = None, mode: str | None = None) -> None:
+        super().__init__(metric=metric, mode=mode)
+        baseline = space.baseline()
+        rest = [space.complete(p) for p in points]
+        self.queue = [baseline, *(p for p in rest if config_key(p) != config_key(baseline))]
+        self.index = 0
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
+                              **spec: Any) -> bool:
+        if metric:
+            self._metric = metric
+        if mode:
+            self._mode = mode
+        return True
+
+    def suggest(self, trial_id: str) -> Config | None:
+        if self.index >= len(self.queue):
+            return Searcher.FINISHED  # type: ignore[return-value]
+        self.index += 1
+        return dict(self.queue[self.index - 1])
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+                          error: bool = False) -> None:
+        return None

@@ -49,7 +49,14 @@ class ExperimentSpec(BaseModel):
     gpu_clean_timeout: float = Field(60.0, ge=0)
     confirm: int = Field(3, ge=0, description="repeats per config in the confirm stage")
     confirm_top: int = Field(3, ge=1)
+    screen: Literal["proxy"] | None = Field(None, description="screen the NCCL part of the "
+                                            "space on the proxy first (sglang workload)")
     screen_top: int = Field(3, ge=1)
+    screen_samples: int | None = Field(None, ge=1)
+    screen_model: str | None = Field(None, description="proxy shape for the screen; default: "
+                                     "the model folder's config.json")
+    points: list[dict[str, Value]] = Field([], description="evaluate exactly these configs "
+                                           "(after the baseline) instead of searching")
     reuse_actors: bool = True
 
     @property

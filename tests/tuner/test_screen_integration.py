@@ -1,0 +1,44 @@
+"""--screen proxy: the NCCL knobs screened on the proxy, the top k promoted to server trials,
+and the proxy-vs-server ranking reported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.tuner.servetune_runs import Experiment, ray_tmpdir
+from tuner.screen import env_part
+
+pytestmark = pytest.mark.integration
+
+
+def test_screen_promotes_the_proxys_top_settings_to_the_server(tmp_path: Path) -> None:
+    with ray_tmpdir() as ray_tmp:
+        exp = Experiment.create(tmp_path, ray_tmp, "screened")
+        result = exp.run(["run", *exp.args("--space", "nccl-pcie", "--samples", "5", "--rounds", "1",
+                                  "--speculative-algorithm", "EAGLE3", "--screen", "proxy",
+                                  "--model-config", "tiny", "--screen-top", "2",
+                                  "--no-dashboard")], timeout=300)
+        assert result.returncode == 0, str(result)
+        screen = pd.read_csv(exp.out / "screen" / "results.csv")
+        assert len(screen) == 5 and screen["baseline"].iloc[0]
+        # The proxy's two best NCCL settings (completed, baseline excluded) ran on the server.
+        done = screen[(screen["status"] == "ok") & ~screen["baseline"]]
+        best_two = done.sort_values("score", ascending=False)["trial_id"].head(2).tolist()
+        proxy_journal = [json.loads(x) for x in
+                         (exp.out / "screen" / "results.jsonl").read_text().splitlines()]
+        proxy_configs = {e["trial_id"]: env_part(e["config"]) for e in proxy_journal
+                         if e["event"] == "start"}
+        server_configs = [env_part(e["config"]) for e in exp.journal() if e["event"] == "start"]
+        for tid in best_two:
+            assert proxy_configs[tid] in server_configs
+        assert len(server_configs) == 1 + len(best_two)  # the baseline first
+        server = exp.table()
+        assert server["baseline"].iloc[0] and (server["status"] == "ok").all()  # FIFO: all rounds
+        report = json.loads((exp.out / "screen.json").read_text())
+        assert len(report["settings"]) == len(server_configs)
+        assert "Spearman" in result.stdout or "too few settings" in result.stdout
+        assert exp.leftovers() == [] and exp.cleanup() == []
