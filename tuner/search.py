@@ -53,8 +53,9 @@ class _StageInner:
         self.kind = kind
         self.objective = objective
 
-    def __call__(self, space: SearchSpace, seed: int) -> Searcher:
-        return leaf_searcher(self.kind, space, self.objective, seed)
+    def __call__(self, space: SearchSpace, seed: int, kind: str | None = None) -> Searcher:
+        """``kind``: the stage's own searcher from the space file, else --stage-search."""
+        return leaf_searcher(kind or self.kind, space, self.objective, seed)
 
 
 class _RejectLog:

@@ -275,7 +275,7 @@ class StagedSearcher(_Pickled):
     winner is known before the next stage starts."""
 
     def __init__(self, space: SearchSpace, total_samples: int, rounds: int,
-                 make_inner: Callable[[SearchSpace, int], Searcher], seed: int = 0,
+                 make_inner: Callable[[SearchSpace, int, str | None], Searcher], seed: int = 0,
                  metric: str | None = None, mode: str | None = None) -> None:
         super().__init__(metric=metric, mode=mode)
         self.space = space
@@ -353,7 +353,7 @@ class StagedSearcher(_Pickled):
             return False
         stage = self.stages[self.stage_index]
         sub = self.space.stage_space(stage, self.winners)
-        self.inner = self.make_inner(sub, self.seed + self.stage_index)
+        self.inner = self.make_inner(sub, self.seed + self.stage_index, stage.search)
         if self.metric and self.mode:
             self.inner.set_search_properties(self.metric, self.mode, {})
         self.used = 0

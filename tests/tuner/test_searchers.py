@@ -114,7 +114,7 @@ def test_staged_search_pins_each_stage_winner() -> None:
     space = load_preset("verify-campaign")
     objective = Objective("tok_s", "max", 2)
     searcher = StagedSearcher(space, total_samples=40, rounds=2,
-                              make_inner=lambda s, seed: SpaceSearcher(s, "grid", seed),
+                              make_inner=lambda s, seed, kind: SpaceSearcher(s, "grid", seed),
                               metric="tok_s", mode="max")
 
     def score(cfg: dict[str, Any]) -> float:
