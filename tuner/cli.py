@@ -402,6 +402,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as err:
         print(f"servetune: error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # a Ctrl-C outside Ray Tune's own handling (start, end)
+        print("servetune: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,6 +208,32 @@ def workload_notes(setup: Setup) -> tuple[str, ...]:
     return setup.workload.plan(setup.space.baseline(), ctx).notes
 
 
+@contextlib.contextmanager
+def interrupt_watch() -> Iterator[Callable[[], bool]]:
+    """Yields a check: did Ray Tune's fit() catch a Ctrl-C? Tune swaps its own SIGINT
+    handler in and puts the previous one back on the first signal, so this sentinel being
+    back in place after fit() means fit() was interrupted. SIGTERM (``kill``, ``timeout``, a
+    batch scheduler) is turned into that same graceful stop instead of killing the driver
+    with Ray and its servers still running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def sentinel(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    def term_as_int(signum: int, frame: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, sentinel)
+    previous_term = signal.signal(signal.SIGTERM, term_as_int)
+    try:
+        yield lambda: signal.getsignal(signal.SIGINT) is sentinel
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+
+
 def stdout_print(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
 
@@ -295,7 +323,11 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
             internal._run_config.progress_reporter = reporter
         else:
             tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
-        grid = tuner.fit()
+        with interrupt_watch() as was_interrupted:
+            grid = tuner.fit()
+            caught = was_interrupted()
         statuses = [t.status for t in grid._experiment_analysis.trials]
-        interrupted = any(s not in ("TERMINATED", "ERROR") for s in statuses)
+        # Tune marks in-flight trials TERMINATED when it cleans up after a Ctrl-C, so the
+        # statuses alone do not tell an interrupted run from a finished one.
+        interrupted = caught or any(s not in ("TERMINATED", "ERROR") for s in statuses)
     return finish.finish(setup, stack, interrupted=interrupted, echo=echo)

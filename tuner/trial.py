@@ -104,12 +104,14 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
             (folder / FAILURE_FILE).write_text(json.dumps(record.failure, indent=1))
         raise
     finally:
+        t_down = time.monotonic()
         if running is not None:
             running.stop()
         # Anything still carrying this trial's marker (grandchildren in new sessions) goes.
         process.reap_all(ctx.marker, grace=min(stop_grace, 3.0), exact=True)
         if gpu_before:
             record.warnings += gpu.wait_memory_back(gpu_before, timeout=30.0)
+        record.timings["teardown_s"] = time.monotonic() - t_down  # on every path
         record.timings["total_s"] = time.monotonic() - t0
         record.timings["wall_end"] = time.time()
         record.write(folder)
