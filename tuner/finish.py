@@ -1,24 +1,26 @@
-"""End of a run: results.csv, best.json, best/launch.sh and best/env, the summary."""
+"""End of a run: results.csv, the decision (confirmed, the default, or the search's best
+unconfirmed), best.json and the exports in best/, report.md and report.html, the summary."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
+import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from launchers.base import LaunchPlan, TrialContext
-from tuner import results
+from tuner import confirm, exports, results
 
 if TYPE_CHECKING:
     from tuner.experiment import Print, RunOutcome, Setup
     from tuner.search import SearchStack
 
-# Debug-only settings servetune adds for measuring; a production launch leaves them out.
-MEASUREMENT_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "CUDA_VISIBLE_DEVICES",
-                   "SGLANG_ENABLE_METRICS_DEVICE_TIMER", "SGLANG_RECORD_STEP_TIME")
+log = logging.getLogger(__name__)
+
+# Kept for callers of the old names; the code lives in tuner/exports.py.
+MEASUREMENT_ENV = exports.MEASUREMENT_ENV
+production_plan = exports.production_plan
 
 
 def write_table(setup: Setup, running: bool = False) -> pd.DataFrame:
@@ -28,56 +30,51 @@ def write_table(setup: Setup, running: bool = False) -> pd.DataFrame:
     return df
 
 
-def production_plan(setup: Setup, config: dict[str, Any]) -> LaunchPlan:
-    """The plan for ``config`` as a user would launch it: fixed port, no measuring env."""
-    port = getattr(setup.spec.workload, "port", None) or 30000
+def search_decision(setup: Setup, df: pd.DataFrame, why: str) -> dict[str, Any]:
+    """The search's best, unconfirmed (no confirm stage ran)."""
+    row = results.best_row(confirm.search_rows(df), setup.objective)
+    if row is None:
+        return {"kind": "none", "label": None, "config": None, "source_trial": None,
+                "text": "no trial completed every round: no configuration to recommend"}
+    tid = str(row["trial_id"])
+    config = results.config_of(setup.spec.out_dir, tid)
+    return {"kind": "unconfirmed", "label": "top 1", "config": config, "source_trial": tid,
+            "text": f"{tid} is the search's best ({setup.objective.metric} {row['score']:.4g}, "
+                    f"{row['speedup']:.3f}x the baseline), not checked against noise ({why})"}
+
+
+def write_reports(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
+                  ) -> list[Path]:
+    """best/report.md and report.html with its plots. A plotting error is reported, not raised:
+    the results and exports are already on disk."""
+    from tuner import report
+
+    written = []
     folder = setup.spec.out_dir / results.BEST_DIR
-    gpus = tuple(str(i) for i in range(setup.gpus_per_trial))
-    ctx = TrialContext(setup.spec.name, "best", folder, gpus, port, setup.spec.seed)
-    plan = setup.workload.plan(config, ctx)
-    env = {k: v for k, v in plan.env.items() if k not in MEASUREMENT_ENV}
-    return replace(plan, env=env)
-
-
-def export_best(setup: Setup, row: pd.Series, df: pd.DataFrame) -> dict[str, Any]:
-    out = setup.spec.out_dir
-    config = results.config_of(out, str(row["trial_id"]))
-    plan = production_plan(setup, config)
-    base = df[df["baseline"]]
-    best = {
-        "trial_id": row["trial_id"], "metric": setup.objective.metric,
-        "mode": setup.objective.mode, "score": row["score"], "speedup": row["speedup"],
-        "baseline_score": float(base["score"].iloc[0]) if len(base) else None,
-        "config": config, "argv": list(plan.argv), "env": dict(plan.env),
-        "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
-    }
-    results.write_json(out / results.BEST_JSON, best)
-    folder = out / results.BEST_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "launch.sh"
-    script.write_text(plan.shell_script())
-    os.chmod(script, 0o755)
-    (folder / "env").write_text("".join(f"{k}={_dotenv(v)}\n" for k, v in sorted(plan.env.items())))
-    return best
+    md = folder / exports.REPORT_MD
+    md.write_text(report.markdown(report.facts(setup, df, confirm_data)))
+    written.append(md)
+    try:
+        written.append(report.render(setup, df, confirm_data))
+    except Exception as err:  # a plot that cannot be drawn must not lose the run's summary
+        log.exception("report.html")
+        raise ReportError(f"report.html could not be written: {err!r}") from err
+    return written
 
 
-def _dotenv(value: str) -> str:
-    if value and all(c.isalnum() or c in "._-:/,^;" for c in value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+class ReportError(RuntimeError):
+    pass
 
 
-def finish(setup: Setup, stack: SearchStack | None, *, interrupted: bool, echo: Print
-           ) -> RunOutcome:
+def finish(setup: Setup, stack: SearchStack | None, *, interrupted: bool, echo: Print,
+           confirm_data: Mapping[str, Any] | None = None) -> RunOutcome:
     from tuner.experiment import RunOutcome
 
-    df = write_table(setup, running=False)
-    lines = results.summary_lines(df, setup.objective, list(setup.space.domains))
-    best = None
-    row = results.best_row(df, setup.objective)
-    if row is not None:
-        best = export_best(setup, row, df)
     out: Path = setup.spec.out_dir
+    df = write_table(setup, running=False)
+    search = confirm.search_rows(df)
+    lines = results.summary_lines(search, setup.objective, list(setup.space.domains))
     if stack is not None and stack.filtering.memory is not None:
         evidence = stack.filtering.memory.evidence()
         if evidence:
@@ -87,14 +84,33 @@ def finish(setup: Setup, stack: SearchStack | None, *, interrupted: bool, echo: 
                 for e in evidence))
     if stack is not None and stack.staged is not None and stack.staged.history:
         results.write_json(out / "stages.json", stack.staged.history)
+    if confirm_data is None:
+        why = "the run was interrupted before the confirm stage" if interrupted \
+            else "no confirm stage ran"
+        confirm_data = {"metric": setup.objective.metric, "mode": setup.objective.mode,
+                        "entries": [], "decision": search_decision(setup, df, why)}
+    decision = dict(confirm_data.get("decision") or {})
+    best = exports.export(setup, decision, df, confirm_data) if decision.get("config") else None
+    if confirm_data.get("entries") or confirm_data.get("speculative"):
+        lines += ["", *confirm.lines(confirm_data)]
+    elif decision.get("text"):
+        lines.append(f"decision: {decision['text']}")
     echo("")
     for line in lines:
         echo(line)
     if best is not None:
-        echo(f"best: {best['trial_id']} {setup.objective.metric}={best['score']:.4g} "
-             f"({best['speedup']:.3f}x the baseline); launch it with {out / 'best' / 'launch.sh'}")
+        echo(f"chosen: {decision.get('label')} ({best['trial_id']}, {decision.get('kind')}); "
+             f"launch it with {out / results.BEST_DIR / exports.LAUNCH}")
+        echo(f"exports: {out / results.BEST_DIR}/ ({exports.LAUNCH}, {exports.ENV}, "
+             f"{exports.TUNER_CSV}, {exports.REPORT_MD})")
     else:
         echo("no trial completed every round: no best configuration")
+    try:
+        for path in write_reports(setup, df, confirm_data):
+            if path.suffix == ".html":
+                echo(f"report: {path}")
+    except ReportError as err:
+        echo(str(err))
     if interrupted:
         echo(f"interrupted: finish it with  servetune run --resume {out}")
     echo(f"results: {out / results.RESULTS_CSV}")

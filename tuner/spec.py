@@ -57,7 +57,10 @@ class ExperimentSpec(BaseModel):
                                      "the model folder's config.json")
     points: list[dict[str, Value]] = Field([], description="evaluate exactly these configs "
                                            "(after the baseline) instead of searching")
-    reuse_actors: bool = True
+    reuse_actors: bool | None = Field(None, description="reuse one Ray actor for many trials "
+                                      "(saves seconds a trial, but the dashboard then names "
+                                      "only an actor's first trial); default: reuse unless "
+                                      "the dashboard is on")
 
     @property
     def experiment_dir(self) -> Path:

@@ -1,0 +1,103 @@
+"""Finding servetune in the Ray dashboard: the trainable's name, the login token, the API.
+
+Ray 2.60 turns a function trainable into a class called ``ImplicitFunc``, and that class
+name is what the dashboard lists for every trial actor. ``named_trainable`` gives the class
+the name ``servetune_trial`` and a ``repr`` that names the experiment and the trial; Ray
+reads an actor's repr once, when the actor starts, and shows it as its "Repr" (the state
+API's ``repr_name``). A reused actor (``reuse_actors``) keeps the first trial's repr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+TRAINABLE_NAME = "servetune_trial"  # Tuner.restore needs the same name on resume
+TOKEN_ENV = "RAY_AUTH_TOKEN"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+def named_trainable(fn: Callable[..., None], resources: Mapping[str, float], experiment: str,
+                    **parameters: Any) -> type:
+    """``tune.with_resources(tune.with_parameters(fn, **parameters), resources)`` as a class
+    whose actors the dashboard lists as ``servetune_trial`` with repr
+    ``servetune_trial <experiment>/<trial id>``."""
+    from ray import tune
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    base = wrap_function(tune.with_parameters(fn, **parameters), name=TRAINABLE_NAME)
+
+    class ServetuneTrial(base):  # type: ignore[valid-type,misc]
+        _experiment = experiment
+
+        def __repr__(self) -> str:
+            return f"{TRAINABLE_NAME} {self._experiment}/{self.trial_id}"
+
+    ServetuneTrial.__name__ = ServetuneTrial.__qualname__ = TRAINABLE_NAME
+    sized: type = tune.with_resources(ServetuneTrial, dict(resources))
+    # with_resources subclasses again: the dashboard shows the last class's own name.
+    sized.__name__ = sized.__qualname__ = TRAINABLE_NAME
+    return sized
+
+
+# ---------------------------------------------------------------- the dashboard's token
+
+
+def token_auth_on() -> bool:
+    """Ray 2.60 starts local clusters with token auth unless RAY_AUTH_MODE says otherwise."""
+    return os.environ.get(AUTH_MODE_ENV, "token").lower() != "disabled"
+
+
+def token_source() -> str:
+    """Where Ray keeps the token, as a user would look for it."""
+    if os.environ.get(TOKEN_ENV):
+        return f"${TOKEN_ENV}"
+    return os.environ.get(TOKEN_PATH_ENV) or "~/.ray/auth_token"
+
+
+def auth_token() -> str | None:
+    """The dashboard token: $RAY_AUTH_TOKEN, the file $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token."""
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token.strip()
+    path = Path(os.environ.get(TOKEN_PATH_ENV) or Path.home() / ".ray" / "auth_token")
+    try:
+        return path.expanduser().read_text().strip() or None
+    except OSError:
+        return None
+
+
+def login_lines(url: str) -> list[str]:
+    """What to print at start: the URL and how to get in."""
+    if not token_auth_on():
+        return [f"Ray dashboard: {url}  (token auth is off: {AUTH_MODE_ENV}=disabled)"]
+    return [f"Ray dashboard: {url}  (log in with the token: `ray get-auth-token`, "
+            f"kept in {token_source()}; API calls send 'Authorization: Bearer <token>')",
+            f"  trial actors are listed as '{TRAINABLE_NAME}', "
+            f"repr '{TRAINABLE_NAME} <experiment>/<trial id>'"]
+
+
+def get_json(url: str, token: str | None, timeout: float = 5.0) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read().decode())
+
+
+def list_actors(base_url: str, token: str | None, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """Live and dead actors through the dashboard's state API (``detail`` adds repr_name)."""
+    data = get_json(f"{base_url.rstrip('/')}/api/v0/actors?detail=1&limit=1000", token, timeout)
+    result = data.get("data", {}).get("result", {})
+    rows = result.get("result", []) if isinstance(result, dict) else result
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def reuse_actors(reuse: bool | None, dashboard: bool) -> bool:
+    """Whether Tune reuses trial actors: as asked, else only when no dashboard is watching
+    (a reused actor's repr keeps naming its first trial)."""
+    return (not dashboard) if reuse is None else reuse

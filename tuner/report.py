@@ -1,0 +1,288 @@
+"""The experiment report: DIR/report.html with its PNG plots in DIR/plots/, and the same facts
+as Markdown for DIR/best/report.md. ``servetune report DIR`` renders both from what is on
+disk (servetune.json, results.jsonl, confirm.json, run.json, ruled_out.json)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from tuner import plots
+from tuner.confirm import lines as confirm_lines
+from tuner.confirm import search_rows
+from tuner.progress import settings_text
+
+if TYPE_CHECKING:
+    from tuner.experiment import Setup
+
+REPORT_HTML = "report.html"
+PLOTS_DIR = "plots"
+Table = list[list[str]]  # the first row is the header
+
+
+@dataclass
+class Plot:
+    file: str
+    title: str
+    caption: str
+
+
+@dataclass
+class Facts:
+    """Everything the report says, in plain data (rendered as Markdown and as HTML)."""
+
+    name: str
+    folder: str
+    workload: Table
+    space: Table
+    how: Table
+    decision: str
+    decision_kind: str
+    chosen: str
+    confirm: list[str]
+    speculative: str | None
+    top: Table
+    failures: Table
+    notes: list[str] = field(default_factory=list)
+    counts: str = ""
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None,
+          top_n: int = 8) -> Facts:
+    spec, objective = setup.spec, setup.objective
+    out = spec.out_dir
+    knobs = list(setup.space.domains)
+    run = _read_json(out / "run.json") or {}
+    described = setup.workload.describe()
+    workload = [["setting", "value"]] + [
+        [k, _cell(v if not isinstance(v, list) else " ".join(map(str, v)) or "-")]
+        for k, v in described.items() if v not in (None, [], "")]
+    space = [["knob", "values tried (first: the baseline)"]] + [
+        [k, ", ".join("default" if v is None else str(v) for v in values)]
+        for k, values in setup.space.domains.items()]
+    space += [[k, f"pinned to {v}"] for k, v in setup.space.pins.items()]
+    how = [["", ""],
+           ["space", f"{setup.space.name}: {' '.join(setup.space.description.split())}"],
+           ["search", spec.search + (f" (stages searched by {spec.stage_search})"
+                                     if spec.search == "staged" else "")
+            + (", failure-aware" if spec.failure_aware else "")],
+           ["trials", f"{spec.samples} (the baseline first), {spec.rounds} benchmark rounds each"],
+           ["early stopping", spec.scheduler],
+           ["objective", f"{objective.metric} ({objective.mode}imize), mean over a trial's rounds"],
+           ["confirm", f"top {spec.confirm_top} and the baseline, {spec.confirm} fresh launches "
+                       "each, 95% Student-t intervals" if spec.confirm else "skipped (--confirm 0)"],
+           ["resources", f"{run.get('nodes', '?')} node(s), GPUs per node "
+                         f"{run.get('gpus_per_node', '?')}, {run.get('gpus_per_trial', '?')} "
+                         "GPU(s) per trial (a whole node)"]]
+    decision = dict((confirm_data or {}).get("decision") or {})
+    chosen_config = decision.get("config")
+    chosen = "-" if chosen_config is None else settings_text(chosen_config, knobs)
+    search = search_rows(df)
+    top: Table = [["trial", "status", objective.metric, "speedup", "verify_ms", "settings"]]
+    if not search.empty:
+        scored = search[search["score"].notna() & (search["status"] == "ok")]
+        order = scored.sort_values("score", ascending=objective.mode == "min").head(top_n)
+        base = search[search["baseline"] & ~search["trial_id"].isin(order["trial_id"])]
+        for _, row in pd.concat([order, base]).iterrows():
+            config = {k: (None if row.get(k) == "default" else row.get(k)) for k in knobs}
+            label = " (baseline)" if row["baseline"] else ""
+            top.append([str(row["trial_id"]) + label, str(row["status"]), _cell(row["score"]),
+                        f"{row['speedup']:.3f}x" if _cell(row["speedup"]) != "-" else "-",
+                        _cell(row.get("verify_ms")), settings_text(config, knobs)])
+    failures: Table = [["kind", "trials", "example", "message", "hint"]]
+    failed = df[df["failure_kind"].notna()] if not df.empty else df
+    for kind, group in (failed.groupby("failure_kind") if len(failed) else []):
+        first = group.iloc[0]
+        failures.append([str(kind), str(len(group)), str(first["trial_id"]),
+                         " ".join(str(first.get("failure") or "").split())[:300],
+                         _cell(first.get("hint")) if isinstance(first.get("hint"), str) else "-"])
+    notes = []
+    for item in _read_json(out / "ruled_out.json") or []:
+        notes.append(f"ruled out after repeated failures: {item.get('knob')}={item.get('value')} "
+                     f"({item.get('kind')})")
+    if setup.dropped:
+        notes.append(f"not modelled by the {setup.workload.kind} workload, left at default: "
+                     f"{', '.join(setup.dropped)}")
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(df["status"].value_counts().items())) \
+        if not df.empty else "no trials"
+    spec_text = ((confirm_data or {}).get("speculative") or {}).get("text")
+    return Facts(spec.name, str(out), workload, space, how,
+                 decision.get("text") or "no decision (the run did not complete)",
+                 str(decision.get("kind") or "none"), chosen,
+                 [ln for ln in confirm_lines(confirm_data or {}) if ln.startswith("  ")
+                  or ln.startswith("confirm")], spec_text, top, failures, notes, counts)
+
+
+# ---------------------------------------------------------------- Markdown
+
+
+def _md_table(table: Table) -> list[str]:
+    if len(table) < 2:
+        return ["(none)"]
+
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    head = table[0] if any(table[0]) else ["", ""]
+    lines = ["| " + " | ".join(esc(c) for c in head) + " |",
+             "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table[1:]]
+    return lines
+
+
+def markdown(f: Facts) -> str:
+    lines = [f"# servetune report: {f.name}", "", f"Experiment folder: `{f.folder}`", "",
+             "## Decision", "", f.decision, ""]
+    if f.chosen != "-":
+        lines += [f"Chosen settings: `{f.chosen}`", "",
+                  "Launch: `best/launch.sh` (env: `best/env`; NCCL tuner-plugin rule: "
+                  "`best/nccl-tuner.csv`).", ""]
+    if f.confirm:
+        lines += ["### Evidence: the confirm stage", "", "```", *f.confirm, "```", ""]
+    if f.speculative:
+        lines += ["### Is speculative decoding worth it here?", "", f.speculative, ""]
+    lines += ["## What was searched", "", *_md_table(f.space), "", "### Workload", "",
+              *_md_table(f.workload), "", "## How", "", *_md_table(f.how), "",
+              f"Trials: {f.counts}.", "", "## Best trials of the search", "",
+              *_md_table(f.top), "", "## Failures by kind", "", *_md_table(f.failures), ""]
+    if f.notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in f.notes], ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- HTML
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto;
+       max-width: 1100px; color: #1d1d1d; line-height: 1.4; padding: 0 16px; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+.decision { padding: 12px 16px; border-radius: 6px; background: #eef5ff; border-left: 5px solid #1f77b4; }
+.decision.default, .decision.unconfirmed { background: #fff7e6; border-left-color: #ff9f1c; }
+.decision.none { background: #fdecea; border-left-color: #d62728; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
+figure { margin: 16px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.85em; color: #555; }
+pre { background: #f7f7f7; padding: 8px; overflow-x: auto; font-size: 0.85em; }
+code { background: #f4f4f4; padding: 1px 4px; }
+"""
+
+
+def _html_table(table: Table) -> str:
+    if len(table) < 2:
+        return "<p>(none)</p>"
+    head = "" if not any(table[0]) else \
+        "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in table[0]) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                   for row in table[1:])
+    return f"<table>{head}{body}</table>"
+
+
+def _figure(folder: Path, plot: Plot) -> str:
+    data = base64.b64encode((folder / plot.file).read_bytes()).decode()
+    return (f'<figure id="{html.escape(Path(plot.file).stem)}"><img alt="{html.escape(plot.title)}" '
+            f'src="data:image/png;base64,{data}"><figcaption>{html.escape(plot.caption)} '
+            f"(<code>{html.escape(plot.file)}</code>)</figcaption></figure>")
+
+
+def html_page(f: Facts, folder: Path, shown: Sequence[Plot]) -> str:
+    e = html.escape
+    parts = [f"<h1>servetune report: {e(f.name)}</h1>",
+             f"<p>Experiment folder: <code>{e(f.folder)}</code>. Trials: {e(f.counts)}.</p>",
+             "<h2>Decision</h2>",
+             f'<div class="decision {e(f.decision_kind)}"><p>{e(f.decision)}</p>'
+             + (f"<p>Chosen settings: <code>{e(f.chosen)}</code> &mdash; launch with "
+                "<code>best/launch.sh</code>; NCCL tuner-plugin rule in "
+                "<code>best/nccl-tuner.csv</code>.</p>" if f.chosen != "-" else "")
+             + "</div>"]
+    if f.confirm:
+        parts.append("<h3>Evidence: the confirm stage</h3><pre>"
+                     + e("\n".join(f.confirm)) + "</pre>")
+    if f.speculative:
+        parts.append(f"<h3>Is speculative decoding worth it here?</h3><p>{e(f.speculative)}</p>")
+    parts.append("<h2>Plots</h2>")
+    parts += [_figure(folder, p) for p in shown] or ["<p>No plots: no trial has a score.</p>"]
+    parts += ["<h2>Best trials of the search</h2>", _html_table(f.top),
+              "<h2>Failures by kind</h2>", _html_table(f.failures),
+              "<h2>What was searched</h2>", _html_table(f.space),
+              "<h3>Workload</h3>", _html_table(f.workload),
+              "<h2>How</h2>", _html_table(f.how)]
+    if f.notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in f.notes) + "</ul>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>servetune report: {e(f.name)}</title>"
+            '<link rel="icon" href="data:,">'
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
+                 ) -> list[Plot]:
+    """Write the PNGs that have something to show into DIR/plots/; return them."""
+    folder = setup.spec.out_dir
+    metric, mode = setup.objective.metric, setup.objective.mode
+    knobs = list(setup.space.domains)
+    chosen = ((confirm_data or {}).get("decision") or {}).get("source_trial")
+    candidates = [
+        (Plot(f"{PLOTS_DIR}/objective.png", "objective per trial",
+              f"{metric} per trial in launch order: failed trials marked at the bottom with "
+              "their failure kind, the baseline as a dashed line, confirm launches after the "
+              "divider"),
+         lambda p: plots.objective_by_trial(df, metric, p, chosen)),
+        (Plot(f"{PLOTS_DIR}/confirm.png", "confirm stage",
+              "confirm stage: mean and 95% interval of each configuration over fresh launches"),
+         lambda p: plots.confirm_intervals(confirm_data, p)),
+        (Plot(f"{PLOTS_DIR}/knobs.png", "metric by knob value",
+              f"{metric} by the value of each knob"),
+         lambda p: plots.knob_effects(df, metric, knobs, p)),
+        (Plot(f"{PLOTS_DIR}/parallel.png", "parallel coordinates",
+              "parallel coordinates of the best completed trials"),
+         lambda p: plots.parallel_coordinates(df, metric, mode, knobs, p)),
+        (Plot(f"{PLOTS_DIR}/time_split.png", "where the time goes",
+              "the measured split of a cycle (draft vs verify) or of a verify pass "
+              "(compute vs allreduce)"),
+         lambda p: plots.time_split(df, metric, mode, p)),
+    ]
+    shown = []
+    for plot, draw in candidates:
+        path = folder / plot.file
+        path.unlink(missing_ok=True)
+        if draw(path):
+            shown.append(plot)
+    return shown
+
+
+def render(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None) -> Path:
+    """Write DIR/report.html and DIR/plots/*.png; return the HTML's path."""
+    shown = render_plots(setup, df, confirm_data)
+    folder = setup.spec.out_dir
+    page = html_page(facts(setup, df, confirm_data), folder, shown)
+    path = folder / REPORT_HTML
+    path.write_text(page)
+    return path
