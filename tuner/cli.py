@@ -141,9 +141,12 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, help="experiment folder (default runs/<name>)")
     o.add_argument("--name", help="experiment name (default: the folder's name)")
-    o.add_argument("--confirm", type=int, default=3, help="repeats per config in the confirm "
-                   "stage (0 skips it)")
-    o.add_argument("--confirm-top", type=int, default=3)
+    o.add_argument("--confirm", type=int, default=3, metavar="R",
+                   help="after the search, launch the top configs and the baseline R more times "
+                   "each and keep a config only if its 95%% interval clears the baseline's "
+                   "(default 3; 0 skips the stage)")
+    o.add_argument("--confirm-top", type=int, default=3, metavar="K",
+                   help="configs the confirm stage re-runs besides the baseline (default 3)")
 
 
 def _workload(args: argparse.Namespace) -> dict[str, Any]:
@@ -217,6 +220,9 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         "screen_samples": args.screen_samples,
         "screen_model": args.model_config if args.screen else None,
     }
+    if args.confirm == 1:
+        raise CliError("--confirm 1: one repeat gives no confidence interval; use 2 or more "
+                       "(or 0 to skip the confirm stage)")
     try:
         return ExperimentSpec.model_validate(data)
     except ValidationError as err:
@@ -330,16 +336,36 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _load_setup(folder: Path) -> Any:
     from tuner.experiment import prepare
 
-    return prepare(ExperimentSpec.load(folder))
+    # The folder as given wins over the path saved in it (a copied or moved experiment).
+    return prepare(ExperimentSpec.load(folder).model_copy(update={"out_dir": folder.resolve()}))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tuner import finish, results
+    """The summary, and DIR/report.html + DIR/plots/*.png + DIR/best/report.md from disk."""
+    from tuner import confirm, finish, results
 
     setup = _load_setup(Path(args.dir))
     df = finish.write_table(setup)
-    for line in results.summary_lines(df, setup.objective, list(setup.space.domains)):
+    if df.empty:
+        raise CliError(f"{args.dir}: no trial has been recorded yet")
+    for line in results.summary_lines(confirm.search_rows(df), setup.objective,
+                                      list(setup.space.domains)):
         print(line)
+    data = confirm.load(setup.spec.out_dir) or {
+        "metric": setup.objective.metric, "mode": setup.objective.mode, "entries": [],
+        "decision": finish.search_decision(setup, df, "no confirm stage ran")}
+    for line in confirm.lines(data):
+        print(line)
+    try:
+        written = finish.write_reports(setup, df, data)
+    except finish.ReportError as err:
+        print(f"servetune: {err}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    plots = sorted((setup.spec.out_dir / "plots").glob("*.png"))
+    print(f"wrote {len(plots)} plots in {setup.spec.out_dir / 'plots'}: "
+          f"{', '.join(p.name for p in plots)}")
     return 0
 
 
@@ -374,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="print each config's command and env; launch nothing")
     _add_experiment_args(plan)
     plan.add_argument("--json", action="store_true", help="one JSON object per config")
-    report = sub.add_parser("report", help="re-print an experiment's summary from disk")
+    report = sub.add_parser("report", help="the summary, report.html and its PNG plots, from disk")
     report.add_argument("dir")
     best = sub.add_parser("best", help="print the best configuration's launch script")
     best.add_argument("dir")

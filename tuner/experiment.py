@@ -258,7 +258,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
     """Run (or resume) an experiment to the end and write its results into spec.out_dir."""
     from ray import tune
 
-    from tuner import finish
+    from tuner import confirm, finish
+    from tuner.dashboard import login_lines, named_trainable, reuse_actors
     from tuner.progress import TrialLines
     from tuner.recorder import Recorder
     from tuner.search import build_scheduler, build_search
@@ -284,8 +285,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
         echo(f"{cluster.nodes} node(s), GPUs per node {cluster.gpus_per_node}; each trial holds "
              f"{gpus or 'no'} GPU(s); at most {max(slots, 1)} trial(s) at once")
         if cluster.dashboard_url:
-            echo(f"Ray dashboard: {cluster.dashboard_url}  (token auth: paste the token from "
-                 f"~/.ray/auth_token, or send 'Authorization: Bearer <token>')")
+            for line in login_lines(cluster.dashboard_url):
+                echo(line)
         echo(f"TensorBoard: tensorboard --logdir {out_dir}")
         for note in workload_notes(setup):
             echo(note)
@@ -296,8 +297,13 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
                              points=spec.points or None)
         for note in stack.notes:
             echo(note)
-        trainable = tune.with_resources(
-            tune.with_parameters(servetune_trial, spec_json=spec.model_dump_json()), resources)
+
+        def make_trainable(run_spec: ExperimentSpec) -> type:
+            # Actors the dashboard lists as servetune_trial, repr "<experiment>/<trial id>".
+            return named_trainable(servetune_trial, resources, spec.name,
+                                   spec_json=run_spec.model_dump_json())
+
+        trainable = make_trainable(spec)
         recorder = Recorder(out_dir, lambda: finish.write_table(setup, running=True),
                             stack.filtering.record_outcome, stack.stage_of)
         reporter = TrialLines(setup.objective.metric, list(setup.space.domains), spec.rounds,
@@ -306,7 +312,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
             metric=setup.objective.metric, mode=setup.objective.mode,
             num_samples=stack.num_samples, search_alg=stack.search_alg,
             scheduler=build_scheduler(spec.scheduler, setup.objective),
-            reuse_actors=spec.reuse_actors, trial_dirname_creator=_trial_dirname)
+            reuse_actors=reuse_actors(spec.reuse_actors, spec.dashboard),
+            trial_dirname_creator=_trial_dirname)
         run_config = tune.RunConfig(
             name=out_dir.name, storage_path=str(out_dir.parent), callbacks=[recorder],
             progress_reporter=reporter, verbose=1,
@@ -330,4 +337,9 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
         # Tune marks in-flight trials TERMINATED when it cleans up after a Ctrl-C, so the
         # statuses alone do not tell an interrupted run from a finished one.
         interrupted = caught or any(s not in ("TERMINATED", "ERROR") for s in statuses)
-    return finish.finish(setup, stack, interrupted=interrupted, echo=echo)
+        confirmed = None
+        if not interrupted:  # the confirm stage and the speculative reference (tuner/confirm.py)
+            confirmed = confirm.run_stage(setup, make_trainable, echo=echo)
+            interrupted = bool(confirmed.get("interrupted"))
+    return finish.finish(setup, stack, interrupted=interrupted, echo=echo,
+                         confirm_data=confirmed)
