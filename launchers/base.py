@@ -118,6 +118,11 @@ class Running(ABC):
         """What actually ran (NCCL's own log), where known."""
         return {}
 
+    def profile(self, steps: int) -> list[Path]:
+        """Profile about ``steps`` verify steps while the workload runs; return the Chrome
+        trace files written (one per rank), for ``launchers.trace``. Raises TrialFailed."""
+        raise NotImplementedError(f"{type(self).__name__} cannot profile")
+
     def stop(self) -> None:
         self.process.stop()
 

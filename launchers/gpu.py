@@ -46,6 +46,18 @@ def _handle(nvml: Any, gpu: str) -> Any:
     return nvml.nvmlDeviceGetHandleByIndex(int(gpu))
 
 
+def memory_total(gpus: Sequence[str]) -> int | None:
+    """The smallest total memory among ``gpus``, in bytes; None without NVML or GPUs."""
+    nvml = _nvml()
+    if nvml is None or not gpus:
+        return None
+    try:
+        return min(int(nvml.nvmlDeviceGetMemoryInfo(_handle(nvml, g)).total) for g in gpus)
+    except Exception as err:  # NVMLError (an id NVML does not know), ValueError
+        log.warning("NVML could not read the memory of GPUs %s: %s", list(gpus), err)
+        return None
+
+
 @dataclass(frozen=True)
 class GpuState:
     gpu: str

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -17,7 +17,7 @@ from launchers.base import LaunchPlan, Metrics, Running, TrialContext, Workload,
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
 from launchers.proxy.shapes import Shape, load_shape, preset_names, reference_key, shape_name
-from launchers.proxy.worker import CONTROL_FILE, ROUNDS_FILE
+from launchers.proxy.worker import CONTROL_FILE, ROUNDS_FILE, Request
 from search_spaces.knobs import SPECULATIVE_KNOBS, Knob, KnobKind, Value
 
 
@@ -65,6 +65,32 @@ def _nccl_log() -> Any | None:
 def writes_reference(env: Mapping[str, str]) -> bool:
     """A configuration with no NCCL overrides: the one whose logits become the reference."""
     return all(REFERENCE_SAFE_ENV.get(k) == v for k, v in env.items() if k.startswith("NCCL_"))
+
+
+def _fit_layers(shape_config: Mapping[str, Any], model: str, gpu_ids: tuple[str, ...], *,
+                ranks: int, batch: int, draft_tokens: int, kv_len: int
+                ) -> tuple[int | None, str | None]:
+    """No --layers on GPUs: every layer when the model fits, else the most that fit in
+    FIT_FRACTION of the smallest GPU's total memory (NVML); without NVML the worker fits them
+    itself (``--fit-layers``). Returns (layers or None for all, a note or None)."""
+    from launchers import gpu
+    from launchers.proxy.model import FIT_FRACTION, Geometry, fit_layers
+
+    try:
+        geo = Geometry(Shape.from_config(shape_config, shape_name(model)), ranks=ranks,
+                       batch=batch, draft_tokens=draft_tokens, kv_len=kv_len)
+    except ValueError:
+        return None, None  # preflight says why
+    total = gpu.memory_total(gpu_ids)
+    if total is None:
+        return None, (f"no NVML here: if the whole model does not fit, the ranks run the most "
+                      f"layers that fit in {FIT_FRACTION:.0%} of GPU memory (scaled: true)")
+    n = fit_layers(geo, total)
+    if n is None:
+        return None, None
+    need = geo.bytes_per_pass(full=False)["total"]
+    return n, (f"fitted: the whole model needs {need / 2**30:.1f} GiB per GPU, more than "
+               f"{FIT_FRACTION:.0%} of {total / 2**30:.1f} GiB; set --layers to choose")
 
 
 def _cuda_available() -> bool:
@@ -128,6 +154,11 @@ class ProxyWorkload(Workload):
         layers = a.layers
         if layers is not None and layers >= int(shape_config.get("num_hidden_layers", 0) or 0):
             layers = None  # all layers: the same output as no --layers
+        fitted: str | None = None  # how the layer count was fitted to GPU memory
+        if cuda and a.layers is None:
+            layers, fitted = _fit_layers(shape_config, model, ctx.gpu_ids, ranks=ranks,
+                                         batch=a.batch, draft_tokens=draft_tokens,
+                                         kv_len=a.kv_len)
         key = reference_key(shape_name(model), shape_config, layers=layers, batch=a.batch,
                             draft_tokens=draft_tokens, kv_len=a.kv_len, ranks=ranks,
                             device="cuda" if cuda else "cpu", dtype=dtype, seed=ctx.seed)
@@ -139,6 +170,8 @@ class ProxyWorkload(Workload):
                 "--seed", str(ctx.seed), "--out", str(folder)]
         if layers is not None:
             argv += ["--layers", str(layers)]
+        if fitted is not None:
+            argv.append("--fit-layers")
         if isinstance(steps, int):
             argv += ["--draft-steps", str(steps)]
         if a.draft_ms is not None:
@@ -163,7 +196,10 @@ class ProxyWorkload(Workload):
                          "have no effect and are not checked")
         if layers is not None:
             notes.append(f"runs {layers} of {shape_config.get('num_hidden_layers')} layers; "
-                         "times are scaled to the whole model (scaled: true)")
+                         "times are scaled to the whole model (scaled: true)"
+                         + (f"; {fitted}" if fitted else ""))
+        elif fitted:
+            notes.append(fitted)
         if not isinstance(drafts, int):
             notes.append(f"draft tokens {draft_tokens} from the proxy's args (the config does "
                          "not set --speculative-num-draft-tokens)")
@@ -212,8 +248,8 @@ class ProxyWorkload(Workload):
 
 class ProxyRunning(Running):
     """The started proxy. Readiness: rank 0's ``ready`` line in proxy_rounds.jsonl (after
-    warm-up, capture and the first correctness check); a round: write its index to
-    proxy_control, wait for its line."""
+    warm-up, capture and the first correctness check); a round or a profile: write the request
+    to proxy_control, wait for its line."""
 
     def __init__(self, process: ServerProcess, plan: LaunchPlan, folder: Path,
                  round_timeout: float) -> None:
@@ -223,6 +259,8 @@ class ProxyRunning(Running):
         self.round_timeout = round_timeout
         self.info: dict[str, Any] = {}  # the ready line: shape, bytes, approximation, ...
         self.rounds: dict[int, Metrics] = {}
+        self.profiles: dict[int, dict[str, Any]] = {}  # request seq -> the profile line
+        self._seq = -1  # the last request written
         self._wrong: str | None = None
         self._offset = 0
         self._cuda = "cuda" in plan.argv[plan.argv.index("--device") + 1]
@@ -247,6 +285,8 @@ class ProxyRunning(Running):
                 self.info = event
             elif kind == "round":
                 self.rounds[int(event["round"])] = event
+            elif kind == "profile" and event.get("request") is not None:
+                self.profiles[int(event["request"])] = event
             elif kind == "wrong_result":
                 self._wrong = str(event.get("message", "the logits differ from the reference"))
 
@@ -270,29 +310,48 @@ class ProxyRunning(Running):
             self._raise_if_wrong()
             raise
 
-    def measure(self, round_index: int) -> Metrics:
+    def _request(self, action: str, value: int) -> int:
+        """Write the next request to proxy_control (atomically); returns its seq."""
+        self._seq += 1
         control = self.folder / CONTROL_FILE
         tmp = control.with_name(CONTROL_FILE + ".tmp")
-        tmp.write_text(f"{round_index}\n")
+        tmp.write_text(Request(self._seq, action, value).line())
         tmp.replace(control)
-        deadline = time.monotonic() + self.round_timeout
+        return self._seq
+
+    def _wait(self, what: str, done: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         while True:
             dead = self.process.poll() is not None
             self._read()
             self._raise_if_wrong()
-            if round_index in self.rounds:
-                return dict(self.rounds[round_index])
+            if done():
+                return
             if dead:
                 failure = self.process.failure()
                 if failure.kind is FailureKind.CRASHED:
                     failure.kind = FailureKind.CRASHED_MID_BENCHMARK
-                failure.message = f"round {round_index}: {failure.message}"
+                failure.message = f"{what}: {failure.message}"
                 raise TrialFailed(failure)
             if time.monotonic() > deadline:
                 raise TrialFailed(self.process.failure(
-                    f"round {round_index}: no result after {self.round_timeout:.0f} s "
-                    "(ranks still running)", FailureKind.BENCHMARK_HANG))
+                    f"{what}: no result after {timeout:.0f} s (ranks still running)",
+                    FailureKind.BENCHMARK_HANG))
             time.sleep(0.02)
+
+    def measure(self, round_index: int) -> Metrics:
+        self._request("round", round_index)
+        self._wait(f"round {round_index}", lambda: round_index in self.rounds,
+                   self.round_timeout)
+        return dict(self.rounds[round_index])
+
+    def profile(self, steps: int) -> list[Path]:
+        """torch.profiler in every rank over ``steps`` verify passes (``servetune.verify``
+        spans) and ``steps`` all-reduce-only passes (``servetune.allreduce_only``): one Chrome
+        trace per rank, under traces/ in the trial folder."""
+        seq = self._request("profile", steps)
+        self._wait("profile", lambda: seq in self.profiles, self.round_timeout + 120.0)
+        return [Path(f) for f in self.profiles[seq]["files"]]
 
     def effective(self) -> dict[str, Any]:
         """What NCCL ran with, from its own log (GPU runs with launchers.nccl_log)."""

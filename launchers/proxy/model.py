@@ -30,6 +30,7 @@ holds exactly these tensors, so the bytes it reads are the bytes counted (a test
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -281,6 +282,18 @@ class LocalComm:
         out.copy_(t)
 
 
+COMM_SPAN = "servetune.comm."  # + all_reduce / all_gather: a collective in a profile
+
+
+def _comm_span(name: str) -> contextlib.AbstractContextManager[object]:
+    """A profiler span around one collective, only while a profiler records (nothing on the
+    timed path otherwise). On CPU it marks gloo's time as communication in the trace; CUDA
+    graph replays run no Python, so there the kernels' names say it instead."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(COMM_SPAN + name)
+    return contextlib.nullcontext()
+
+
 class DistComm:
     """The default torch.distributed process group."""
 
@@ -289,10 +302,12 @@ class DistComm:
         self._gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
     def all_reduce(self, t: torch.Tensor) -> None:
-        dist.all_reduce(t)
+        with _comm_span("all_reduce"):
+            dist.all_reduce(t)
 
     def all_gather(self, out: torch.Tensor, t: torch.Tensor) -> None:
-        self._gather(out, t)
+        with _comm_span("all_gather"):
+            self._gather(out, t)
 
 
 # ---------------------------------------------------------------- the model

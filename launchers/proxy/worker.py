@@ -9,10 +9,21 @@ the reference, reports ready, then times rounds. The root exits non-zero, after 
 other ranks, as soon as one rank fails.
 
 Files in ``--out`` (the launcher's contract):
-  proxy_rounds.jsonl  rank 0 appends one JSON line per event: ready, round, wrong_result
-  proxy_control       the launcher writes the index of the round it wants next
+  proxy_rounds.jsonl  rank 0 appends one JSON line per event: ready, round, profile,
+                      wrong_result
+  proxy_control       the launcher's latest request, ``<seq> round <index>`` or
+                      ``<seq> profile <steps>`` (a bare ``<index>``: that round); requests are
+                      served in order of ``seq``
+  traces/             ``rank<R>.trace.json.gz`` per rank after a profile request (or
+                      ``--profile-dir``)
 
-By hand: ``python -m launchers.proxy.worker --spawn 2 --device cpu --model tiny --rounds 3``.
+By hand: ``python -m launchers.proxy.worker --spawn 2 --device cpu --model tiny --rounds 3``;
+add ``--profile-dir DIR`` to profile after the rounds.
+
+A profile (``Rank.profile``) runs torch.profiler (CPU, and CUDA on GPUs) over ``steps``
+replays of the verify pass, each inside a ``record_function`` span named ``servetune.verify``,
+then ``steps`` replays of the all-reduce-only graph in ``servetune.allreduce_only`` spans, and
+exports one Chrome trace per rank; ``launchers.trace`` reads them back.
 
 What a round reports (``summarize``): ``verify_ms`` is the p50 of per-replay times of the
 verify-pass graph (``iters`` replays, CUDA events; perf_counter on CPU); ``allreduce_ms`` is
@@ -29,6 +40,7 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -36,6 +48,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,9 +62,15 @@ if TYPE_CHECKING:  # ranks import torch where they need it: the root stays light
 
 ROUNDS_FILE = "proxy_rounds.jsonl"
 CONTROL_FILE = "proxy_control"
+PROFILE_DIR = "traces"
+PROFILE_SPANS = ("servetune.verify", "servetune.allreduce_only")
 H200_BANDWIDTH = 4.3e12  # B/s per GPU, small-batch matmuls measured here (shared/reference/nccl.md)
 TOLERANCE = {"bfloat16": 2e-2, "float32": 1e-4}  # relative L2 error of the logits
 EXIT_WRONG_RESULT = 3
+
+
+def trace_name(rank: int) -> str:
+    return f"rank{rank}.trace.json.gz"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -62,6 +81,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--spawn", type=int, metavar="N", help="start N ranks (one per GPU)")
     p.add_argument("--model", default="tiny", help="shape preset or path to a config.json")
     p.add_argument("--layers", type=int, help="run N layers and scale (model does not fit)")
+    p.add_argument("--fit-layers", action="store_true",
+                   help="GPUs: without --layers, run the most layers that fit in 85%% of GPU "
+                   "memory when the whole model does not (with --layers: the launcher fitted N)")
     p.add_argument("--batch", type=int, default=1, help="requests in the verify batch")
     p.add_argument("--draft-tokens", type=int, default=4, help="tokens verified per request")
     p.add_argument("--draft-steps", type=int, help="draft steps per cycle, for the draft "
@@ -84,6 +106,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="compare the logits with --reference")
     p.add_argument("--tolerance", type=float, help="relative L2 error allowed (default by dtype)")
+    p.add_argument("--profile-dir", type=Path, help="where profile requests write their "
+                   "traces (default <out>/traces); with --rounds: profile after the rounds")
+    p.add_argument("--profile-steps", type=int, default=10,
+                   help="replays per span in a --rounds profile")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--idle-timeout", type=float, default=3600.0,
                    help="exit when no round is asked for this long")
@@ -430,16 +456,42 @@ def _init_group(rank: int, world: int, device: torch.device, port: int) -> Any:
     return None
 
 
-def _next_request(control: Path, last: int, idle_timeout: float, parent: int) -> int | None:
-    """The round index the launcher asks for next; None when idle too long or orphaned."""
+@dataclass(frozen=True)
+class Request:
+    """One line of proxy_control: ``seq`` orders the requests; ``value`` is the round index of
+    a round, the replays per span of a profile."""
+
+    seq: int
+    action: str  # "round" | "profile"
+    value: int
+
+    @classmethod
+    def parse(cls, text: str) -> Request | None:
+        words = text.split()
+        try:
+            if len(words) == 1:
+                return cls(int(words[0]), "round", int(words[0]))
+            if len(words) == 3 and words[1] in ("round", "profile"):
+                return cls(int(words[0]), words[1], int(words[2]))
+        except ValueError:
+            pass
+        return None
+
+    def line(self) -> str:
+        return f"{self.seq} {self.action} {self.value}\n"
+
+
+def _next_request(control: Path, last: int, idle_timeout: float, parent: int
+                  ) -> Request | None:
+    """The launcher's next request (seq above ``last``); None when idle too long or orphaned."""
     deadline = time.monotonic() + idle_timeout
     while time.monotonic() < deadline and os.getppid() == parent:
         try:
-            index = int(control.read_text().strip())
-        except (OSError, ValueError):
-            index = -1
-        if index > last:
-            return index
+            request = Request.parse(control.read_text())
+        except OSError:
+            request = None
+        if request is not None and request.seq > last:
+            return request
         time.sleep(0.005)
     return None
 
@@ -456,14 +508,19 @@ def run_rank(args: argparse.Namespace) -> int:
         if args.rounds is not None:
             for i in range(args.rounds):
                 worker.round(i)
+            if args.profile_dir is not None:
+                worker.profile(args.profile_steps)
             worker.close()
             return 0
         assert args.out is not None  # rounds on request, until stopped (or idle, or orphaned)
         last = -1
-        while (index := _next_request(args.out / CONTROL_FILE, last, args.idle_timeout,
-                                      parent)) is not None:
-            worker.round(index)
-            last = index
+        while (request := _next_request(args.out / CONTROL_FILE, last, args.idle_timeout,
+                                        parent)) is not None:
+            if request.action == "profile":
+                worker.profile(request.value, request.seq)
+            else:
+                worker.round(request.value)
+            last = request.seq
         print(f"proxy: rank {rank}: no round asked for, or the launcher is gone", flush=True)
         code = 0
     except WrongResult as err:
@@ -513,10 +570,15 @@ class Rank:
         port = int(os.environ.get("MASTER_PORT") or args.port or 0)
         self.ctrl = _init_group(rank, world, self.device, port)
         _maybe_fail(args, "init", rank, world)
+        layers_source = "given" if args.layers else "all"
+        if self.cuda and args.fit_layers:
+            geo, layers_source = self._fit(geo)
+            self.geo = geo
         self.bandwidth, bandwidth_source = _bandwidth(args, self.device)
         run_bytes = geo.bytes_per_pass(full=False)
         if self.cuda:
-            _check_fits(run_bytes, geo.layers_run, torch.cuda.mem_get_info(self.device)[0])
+            free, total = torch.cuda.mem_get_info(self.device)
+            _check_fits(geo, free, total)
         comm = proxy_model.DistComm() if world > 1 or self.cuda else proxy_model.LocalComm()
         model = proxy_model.ProxyModel(geo, rank=rank, device=self.device, dtype=dtype,
                                        seed=args.seed, comm=comm)
@@ -535,19 +597,86 @@ class Rank:
         status = self.gate.check(self.timed[0].out) if rank == 0 else {}
         self.barrier()
         _maybe_fail(args, "ready", rank, world)
-        label = f"cuda:{torch.cuda.get_device_name(self.device)}" if self.cuda else "cpu"
+        device_name = (torch.cuda.get_device_name(self.device) if self.cuda
+                       else platform.processor() or platform.machine() or None)
+        label = f"cuda:{device_name}" if self.cuda else "cpu"
         self.fixed = {"graph": bool(args.graph and self.cuda), "ranks": world, "device": label,
                       "iters": args.iters}
+        unquantized = replace(geo, quantize=False).bytes_per_pass()["total"]
         self.events.emit(
-            "ready", shape=name, **self.fixed, dtype=dtype_name, batch=args.batch,
-            draft_tokens=args.draft_tokens, kv_len=args.kv_len, **geo.describe(),
+            "ready", shape=name, **self.fixed, device_name=device_name, dtype=dtype_name,
+            batch=args.batch, draft_tokens=args.draft_tokens, kv_len=args.kv_len,
+            **geo.describe(), layers_source=layers_source,
             bytes_per_pass=geo.bytes_per_pass()["total"], bytes_per_pass_run=run_bytes["total"],
             bytes_breakdown=geo.bytes_per_pass(), hbm_bandwidth=self.bandwidth,
             hbm_bandwidth_source=bandwidth_source, quantized_checkpoint=shape.quantized,
+            bytes_per_pass_unquantized=unquantized,
             approximation=proxy_model.approximation(), torch=torch.__version__,
             nccl=_nccl_version() if self.cuda else None,
             setup_s={"build": round(built - began, 3), "capture": round(captured - built, 3)},
             **status)
+
+    def _fit(self, geo: Geometry) -> tuple[Geometry, str]:
+        """--fit-layers: the layer count fitted to the smallest GPU's total memory (the same
+        rule as the launcher's); the reference then names the layer count."""
+        import torch
+
+        from launchers.proxy import model as proxy_model
+
+        total = self._min_over_ranks(int(torch.cuda.mem_get_info(self.device)[1]))
+        n = geo.shape.num_hidden_layers
+        if self.args.layers is None:
+            fitted = proxy_model.fit_layers(geo, total)
+            if fitted is None:
+                return geo, "all"
+            self.args.layers = fitted
+            geo = replace(geo, layers=fitted)
+            if self.args.reference is not None:  # another layer count, another reference
+                ref = self.args.reference
+                self.args.reference = ref.with_name(f"{ref.name.removesuffix('.pt')}-L{fitted}.pt")
+        return geo, (f"fit: {geo.layers_run} of {n} layers fit in "
+                     f"{proxy_model.FIT_FRACTION:.0%} of {total / 2**30:.1f} GiB per GPU")
+
+    def _min_over_ranks(self, value: int) -> int:
+        if self.world == 1:
+            return value
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.ctrl)
+        return int(t.item())
+
+    def profile(self, steps: int, request: int | None = None) -> None:
+        """Chrome traces of ``steps`` verify passes and ``steps`` all-reduce-only passes, one
+        file per rank, each replay in a ``servetune.<name>`` span (rank 0 reports them)."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        args = self.args
+        folder = args.profile_dir or (args.out / PROFILE_DIR if args.out else Path(PROFILE_DIR))
+        folder.mkdir(parents=True, exist_ok=True)
+        activities = [ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(ProfilerActivity.CUDA)
+        spans = [(PROFILE_SPANS[0], self.timed[0]), (PROFILE_SPANS[1], self.timed[2])]
+        self.barrier()
+        with profile(activities=activities, record_shapes=False, with_stack=False) as prof:
+            for name, item in spans:
+                for _ in range(steps):
+                    with record_function(name):
+                        item.run()
+                self.barrier()  # the kinds stay apart; the ranks start each kind together
+        path = folder / trace_name(self.rank)
+        prof.export_chrome_trace(str(path))
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        self.barrier()
+        if self.rank == 0:
+            self.events.emit("profile", request=request, steps=steps,
+                             spans=[name for name, _ in spans], layers_run=self.geo.layers_run,
+                             scaled=self.geo.scaled,
+                             files=[str(folder / trace_name(r)) for r in range(self.world)])
 
     def barrier(self) -> None:
         """All ranks here, the GPU idle (a gloo barrier: no NCCL call outside the graphs)."""
@@ -581,17 +710,19 @@ class Rank:
         dist.destroy_process_group()
 
 
-def _check_fits(run_bytes: Mapping[str, int], layers: int, free: int) -> None:
+def _check_fits(geo: Geometry, free: int, total: int) -> None:
     """Refuse a model that does not fit, naming the --layers that would (CUDA OOM kind)."""
     import torch
 
-    if run_bytes["total"] <= 0.9 * free:
+    from launchers.proxy.model import fit_layers
+
+    need = geo.bytes_per_pass(full=False)["total"]
+    if need <= 0.9 * free:
         return
-    per_layer = (run_bytes["total"] - run_bytes["lm_head"]) / layers
-    fit = max(1, int((0.8 * free - run_bytes["lm_head"]) // per_layer))
+    fit = fit_layers(replace(geo, layers=None), min(total, int(free / 0.9)))
     raise torch.OutOfMemoryError(
-        f"the proxy needs {run_bytes['total'] / 2**30:.1f} GiB per GPU, "
-        f"{free / 2**30:.1f} GiB free: run fewer layers (--layers {fit})")
+        f"the proxy needs {need / 2**30:.1f} GiB per GPU, {free / 2**30:.1f} GiB free: run "
+        f"fewer layers (--layers {fit or 1}), or leave --layers out to fit them")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ import os
 import pytest
 import torch
 
+from launchers import trace
 from launchers.failures import FailureKind, TrialFailed
 from launchers.proxy.launcher import ProxyArgs, ProxyWorkload
 from search_spaces.space import load_preset, preset_names
@@ -32,7 +33,8 @@ def test_tiny_captures_and_times(make_ctx: MakeCtx) -> None:
     running, info, rounds = run_trial(ProxyWorkload(ProxyArgs(**TINY)), {},
                                       make_ctx(gpu_ids=one_gpu()), rounds=2)
     assert info["graph"] is True and info["dtype"] == "bfloat16"
-    assert info["device"].startswith("cuda:") and info["nccl"]
+    assert info["device"] == f"cuda:{info['device_name']}" and info["device_name"]
+    assert info["nccl"]
     assert info["correctness"] == "reference_written"
     for m in rounds:
         assert set(REQUIRED) <= set(m)
@@ -59,7 +61,11 @@ def test_kimi_two_layers_one_gpu(make_ctx: MakeCtx) -> None:
     _, info, rounds = run_trial(ProxyWorkload(args), {}, make_ctx(gpu_ids=one_gpu()),
                                 rounds=2, ready_timeout=600)
     assert info["layers_run"] == 2 and info["layer_kinds"] == "mm" and info["scaled"] is True
-    assert info["bytes_per_pass"] == 190_495_719_424  # tp 1, batch 1, 4 tokens, 4096 KV
+    # tp 1, batch 1, 4 tokens, 4096 KV; INT4 routed experts (test_shapes has the arithmetic)
+    assert info["bytes_per_pass"] == 68_944_789_504
+    assert info["bytes_per_pass_unquantized"] == 190_495_719_424
+    assert info["quantized_checkpoint"] is True
+    assert info["quantization"]["bytes_per_weight"] == {"routed_experts": 0.5625}
     m = rounds[-1]
     assert m["scaled"] is True and m["correctness"] == "pass"
     # memory-bound: not faster than reading the bytes, and not wildly slower
@@ -67,12 +73,42 @@ def test_kimi_two_layers_one_gpu(make_ctx: MakeCtx) -> None:
     assert m["allreduce_share"] < 0.5  # one rank: NCCL's all-reduce is a local copy
 
 
-def test_model_that_does_not_fit_says_use_layers(make_ctx: MakeCtx) -> None:
-    args = ProxyArgs(model="kimi-k2.5", device="cuda", ranks=1)  # ~190 GB in bf16
+def test_explicit_layers_that_do_not_fit_fail_as_oom(make_ctx: MakeCtx) -> None:
+    """--layers is authoritative: all 80 layers of Llama-3.1-70B (130.7 GiB) on one GPU."""
+    args = ProxyArgs(model="llama-3.1-70b", layers=80, device="cuda", ranks=1)
     with pytest.raises(TrialFailed) as err:
         run_trial(ProxyWorkload(args), {}, make_ctx(gpu_ids=one_gpu()))
     assert err.value.failure.kind is FailureKind.CUDA_OOM
     assert "--layers" in err.value.failure.log_tail
+
+
+def test_default_model_fits_its_layers(make_ctx: MakeCtx) -> None:
+    """No --layers: the default Llama-3.1-70B runs the layers that fit, scaled, not an OOM."""
+    args = ProxyArgs(device="cuda", ranks=1, kv_len=1024, iters_per_round=5)
+    _, info, rounds = run_trial(ProxyWorkload(args), {}, make_ctx(gpu_ids=one_gpu()),
+                                rounds=1, ready_timeout=600)
+    assert info["shape"] == "llama-3.1-70b" and info["scaled"] is True
+    assert 40 < info["layers_run"] < 80 and info["layers_source"].startswith("fit: ")
+    assert rounds[0]["scaled"] is True and rounds[0]["verify_ms"] > 0
+
+
+def test_profile_on_gpu(make_ctx: MakeCtx) -> None:
+    """torch.profiler over CUDA graph replays: the verify steps' kernels are found and their
+    split adds up; the step is about the CUDA-event time of a replay."""
+    w = ProxyWorkload(ProxyArgs(**TINY))
+    ctx = make_ctx(gpu_ids=one_gpu())
+    plan = w.plan({}, ctx)
+    w.preflight(plan, ctx)
+    with w.start(plan, ctx) as running:
+        running.wait_ready(120)
+        measured = running.measure(0)
+        files = running.profile(5)
+    result = trace.read(files)
+    verify = result.main("verify")
+    assert result.device == "gpu" and verify is not None and verify.steps == 5, result.to_json()
+    assert verify.compute_ms > 0 and verify.top_kernels
+    assert sum(verify.split_ms.values()) == pytest.approx(verify.step_ms)
+    assert 0.3 * measured["verify_ms"] <= verify.step_ms <= 3 * measured["verify_ms"]
 
 
 def preset_nccl_values() -> list[tuple[str, str]]:

@@ -62,6 +62,15 @@ def test_compare() -> None:
         worker.compare(ref[:2], ref, 2e-2)
 
 
+def test_requests() -> None:
+    assert worker.Request.parse("7\n") == worker.Request(7, "round", 7)  # by hand: a round
+    assert worker.Request.parse("3 profile 10") == worker.Request(3, "profile", 10)
+    assert worker.Request.parse(worker.Request(4, "round", 2).line()) == \
+        worker.Request(4, "round", 2)
+    for bad in ("", "x", "1 dance 2", "1 round"):
+        assert worker.Request.parse(bad) is None
+
+
 def test_rank_argv_drops_spawn() -> None:
     assert worker._without_spawn(["--spawn", "2", "--model", "tiny", "--spawn=3", "-x"]) == \
         ["--model", "tiny", "-x"]

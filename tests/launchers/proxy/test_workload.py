@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from launchers import trace
 from launchers.failures import FailureKind, TrialFailed
 from launchers.process import LOCALHOST
 from launchers.proxy import launcher
@@ -95,6 +96,31 @@ def test_gpu_plan(make_ctx: MakeCtx, monkeypatch: pytest.MonkeyPatch) -> None:
     assert argv_value(cpu.argv, "--device") == "cpu" and argv_value(cpu.argv, "--model") == "tiny"
 
 
+def test_gpu_plan_fits_layers_to_memory(make_ctx: MakeCtx, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    """No --layers: all layers when they fit, else the most that fit in 85% of the smallest
+    GPU's memory, decided in the plan (NVML), so every trial runs the same layers."""
+    from launchers import gpu
+
+    monkeypatch.setattr(launcher, "_cuda_available", lambda: True)
+    ctx = make_ctx(gpu_ids=("0",))
+    llama = ProxyWorkload(ProxyArgs(model="llama-3.1-70b"))  # 130.7 GiB at tp 1
+    monkeypatch.setattr(gpu, "memory_total", lambda ids: 143_771_009_024)  # an H200
+    plan = llama.plan({}, ctx)
+    layers = int(argv_value(plan.argv, "--layers"))
+    assert 60 < layers < 80 and "--fit-layers" in plan.argv
+    assert any(f"runs {layers} of 80 layers" in n and "fitted" in n for n in plan.notes)
+    explicit = ProxyWorkload(ProxyArgs(model="llama-3.1-70b", layers=80)).plan({}, ctx)
+    assert "--layers" not in explicit.argv and "--fit-layers" not in explicit.argv  # authoritative
+    kimi = ProxyWorkload(ProxyArgs(model="kimi-k2.5")).plan({}, ctx)  # INT4 experts: 64 GiB
+    assert "--layers" not in kimi.argv and "--fit-layers" not in kimi.argv
+    monkeypatch.setattr(gpu, "memory_total", lambda ids: None)  # no NVML: the ranks decide
+    blind = llama.plan({}, ctx)
+    assert "--layers" not in blind.argv and "--fit-layers" in blind.argv
+    assert any("no NVML" in n for n in blind.notes)
+    assert argv_value(blind.argv, "--reference") != argv_value(plan.argv, "--reference")
+
+
 @pytest.mark.parametrize("args, match", [
     (ProxyArgs(model="no-such-model"), "unknown model shape"),
     (ProxyArgs(model="tiny", ranks=3), "split over 3"),
@@ -127,6 +153,9 @@ def test_two_ranks_ready_and_rounds(make_ctx: MakeCtx) -> None:
     assert info["ranks"] == 2 and info["device"] == "cpu" and info["graph"] is False
     assert info["correctness"] == "reference_written"
     assert info["bytes_per_pass"] == info["bytes_breakdown"]["total"] > 0
+    assert info["quantized_checkpoint"] is False and info["quantization"] is None
+    assert info["bytes_per_pass_unquantized"] == info["bytes_per_pass"]
+    assert info["layers_source"] == "all" and "device_name" in info
     assert len(info["approximation"]) >= 4
     for index, m in enumerate(rounds):
         assert set(REQUIRED) <= set(m)
@@ -137,6 +166,31 @@ def test_two_ranks_ready_and_rounds(make_ctx: MakeCtx) -> None:
     assert running.effective() == {}  # no NCCL on CPU
     assert (ctx.trial_dir / "proxy.log").exists()
     assert running.process.poll() is not None  # stopped
+
+
+def test_profile_two_ranks(make_ctx: MakeCtx) -> None:
+    """torch.profiler in each gloo rank: one Chrome trace per rank, read back by
+    launchers.trace; rounds go on after a profile."""
+    ctx = make_ctx()
+    w = ProxyWorkload(ProxyArgs(**FAST))
+    plan = w.plan({}, ctx)
+    w.preflight(plan, ctx)
+    with w.start(plan, ctx) as running:
+        running.wait_ready(120)
+        running.measure(0)
+        files = running.profile(2)
+        assert running.measure(1)["round"] == 1
+    folder = ctx.trial_dir.absolute() / "traces"
+    assert files == [folder / "rank0.trace.json.gz", folder / "rank1.trace.json.gz"]
+    result = trace.read(files)
+    assert result.device == "cpu" and result.skipped_steps == 0
+    verify, collectives = result.main("verify"), result.main("allreduce_only")
+    assert verify is not None and collectives is not None
+    assert (verify.ranks, verify.steps) == (2, 2)
+    assert verify.communication_ms > 0 and verify.compute_ms > 0
+    assert sum(verify.split_ms.values()) == pytest.approx(verify.step_ms)
+    assert collectives.split_ms["collective"] > 0.5 * collectives.step_ms
+    assert collectives.compute_ms < 0.2 * collectives.step_ms
 
 
 def test_repeat_passes_and_tampered_reference_fails(make_ctx: MakeCtx) -> None:
