@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import requests
@@ -73,6 +74,7 @@ PREFLIGHT_CACHE = "preflight-cache.json"
 OWN_FLAGS = ("--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--host", "--port")
 _HEALTH_TIMEOUT = (0.5, 5.0)  # connect, read: one readiness probe
 _EXIT_WAIT_S = 2.0  # how long a dropped connection may take to show up as a dead process
+PROFILE_ROUND = 1_000_000  # the bench round index of a profile (its own prompts)
 
 
 def _flag_name(word: str) -> str | None:
@@ -270,6 +272,27 @@ class SGLangRunning(Running):
             for c, result in per.items():
                 report.update({f"{k}_c{c}": v for k, v in result.items()})
         return report
+
+    def profile(self, steps: int) -> list[Path]:
+        """SGLang's own profiler (``/start_profile``) over ``steps`` forward steps of a bench
+        round at the objective concurrency; one trace per rank under traces/."""
+        from launchers.sglang import profile as sglang_profile
+
+        argv = list(self.plan.argv)
+        ranks = int(argv[argv.index("--tp-size") + 1]) if "--tp-size" in argv else 1
+
+        def load() -> None:
+            try:
+                self.bench.round(self.objective, PROFILE_ROUND)
+            except BenchError as err:
+                raise TrialFailed(self._bench_failure(err, "profile")) from err
+
+        try:
+            return sglang_profile.capture(self.base_url, self.ctx.trial_dir / "traces", steps,
+                                          ranks, load)
+        except sglang_profile.ProfileError as err:
+            raise TrialFailed(self._bench_failure(BenchError(str(err), True), "profile")
+                              ) from err
 
     def effective(self) -> dict[str, Any]:
         eff = nccl_log.parse_files(nccl_log.debug_files(self.ctx.trial_dir))
