@@ -154,12 +154,38 @@ def kill_processes(pids: Iterable[int], grace: float) -> list[int]:
     for p in alive:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGTERM)
-    _gone, alive = psutil.wait_procs(alive, timeout=grace)
+    alive = _wait_exit(alive, timeout=grace)
     for p in alive:
         with contextlib.suppress(psutil.Error):
             p.kill()
-    psutil.wait_procs(alive, timeout=5)
+    _wait_exit(alive, timeout=5)
     return sorted(procs)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+
+
+def _wait_exit(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until every process has exited; returns those still running after ``timeout``.
+
+    A zombie has exited (no memory, port or GPU left): an orphan waits for init to reap it,
+    which took 1.3 s on a test box, and psutil.wait_procs waited for that. Our own children
+    are reaped here."""
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    alive = [p for p in procs if _running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.02)
+        alive = [p for p in alive if _running(p)]
+    psutil.wait_procs([p for p in procs if p not in alive], timeout=0)  # reap our children
+    return alive
 
 
 def reap(prefix: str, keep: str | None = None, grace: float = 3.0) -> list[int]:

@@ -54,6 +54,25 @@ def test_sigterm_ignored_means_kill_after_grace(tmp_path: Path) -> None:
     assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == "zombie"
 
 
+def test_killed_tree_with_orphaned_children_ends_at_grace_not_at_inits_reap(
+        tmp_path: Path) -> None:
+    """SIGKILLed ranks of a SIGKILLed server are orphan zombies until init reaps them (1.3 s
+    on a test box): they count as exited, so the stop ends right after the grace."""
+    marker = _marker()
+    rank = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    code = ("import signal,subprocess,sys,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            f"ranks = [subprocess.Popen([sys.executable, '-c', {rank!r}]) for _ in range(2)]\n"
+            "time.sleep(0.5)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    server = _spawn(tmp_path, code, marker)
+    server.wait_ready(lambda: "ready" in server.log_text(), timeout=10)
+    ranks = psutil.Process(server.pid).children()
+    assert len(ranks) == 2
+    report = server.stop(grace=0.5)
+    assert 0.5 <= report.seconds < 1.0
+    for proc in ranks:
+        assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+
+
 def test_exit_during_startup_is_classified_from_the_log(tmp_path: Path) -> None:
     code = "print('Capture cuda graph failed: boom'); raise SystemExit(1)"
     server = _spawn(tmp_path, code, _marker())
