@@ -184,9 +184,13 @@ def run_points(setup: Setup, trainable: type, points: Sequence[Mapping[str, Valu
         trial_dirname_creator=_trial_dirname), run_config=tune.RunConfig(
         name=name, storage_path=str(out), callbacks=[recorder], progress_reporter=reporter,
         verbose=1, failure_config=tune.FailureConfig(max_failures=0)))
-    grid = tuner.fit()
+    from tuner.experiment import interrupt_watch
+
+    with interrupt_watch() as was_interrupted:
+        grid = tuner.fit()
+        caught = was_interrupted()
     trials = grid._experiment_analysis.trials
-    interrupted = len(trials) < len(points) or any(
+    interrupted = caught or len(trials) < len(points) or any(
         t.status not in ("TERMINATED", "ERROR") for t in trials)
     return Batch(dict(searcher.assigned), interrupted)
 

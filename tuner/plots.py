@@ -123,7 +123,21 @@ def objective_by_trial(df: pd.DataFrame, metric: str, path: Path,
 def _label(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "default"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
     return str(value)
+
+
+def _order(label: str) -> tuple[int, float, str]:
+    """"default" first, then numbers by value, then text."""
+    try:
+        return (1, float(label), label)
+    except ValueError:
+        return (0 if label == "default" else 2, 0.0, label)
+
+
+def _values(column: pd.Series) -> list[str]:
+    return sorted({_label(v) for v in column}, key=_order)
 
 
 def knob_effects(df: pd.DataFrame, metric: str, knobs: Sequence[str], path: Path) -> bool:
@@ -140,7 +154,7 @@ def knob_effects(df: pd.DataFrame, metric: str, knobs: Sequence[str], path: Path
     base = baseline_score(df)
     for i, knob in enumerate(knobs):
         ax = fig.add_subplot(rows_n, cols, i + 1)
-        values = sorted({_label(v) for v in search[knob]}, key=lambda v: (v != "default", v))
+        values = _values(search[knob])
         pos = {v: j for j, v in enumerate(values)}
         ticks = []
         for v in values:
@@ -184,8 +198,7 @@ def parallel_coordinates(df: pd.DataFrame, metric: str, mode: str, knobs: Sequen
     best = done.sort_values("score", ascending=mode == "min").head(top)
     shown = pd.concat([best, done[done["baseline"] & ~done["trial_id"].isin(best["trial_id"])]])
     axes = [*knobs, metric]
-    cats = {k: sorted({_label(v) for v in search[k]}, key=lambda v: (v != "default", v))
-            for k in knobs}
+    cats = {k: _values(search[k]) for k in knobs}
     lo, hi = float(shown["score"].min()), float(shown["score"].max())
 
     def y(axis: str, value: Any) -> float:
@@ -200,7 +213,9 @@ def parallel_coordinates(df: pd.DataFrame, metric: str, mode: str, knobs: Sequen
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    norm = Normalize(lo, hi if hi > lo else lo + 1)
+    lines = shown[~shown["baseline"]]["score"]  # colour by the top trials' own range
+    c_lo, c_hi = (float(lines.min()), float(lines.max())) if len(lines) else (lo, hi)
+    norm = Normalize(c_lo, c_hi if c_hi > c_lo else c_lo + 1)
     cmap = colormaps["viridis" if mode == "max" else "viridis_r"]
     for _, row in shown.iloc[::-1].iterrows():
         ys = [y(a, row["score"] if a == metric else row[a]) for a in axes]
@@ -229,7 +244,7 @@ def parallel_coordinates(df: pd.DataFrame, metric: str, mode: str, knobs: Sequen
     ax.set_title(f"top {len(best)} completed trials across the knobs (colour: {metric})")
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric, pad=0.01)
     if shown["baseline"].any():
-        ax.legend(loc="upper left", fontsize=8, frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
     _save(fig, path)
     return True
 
@@ -249,7 +264,7 @@ def time_split(df: pd.DataFrame, metric: str, mode: str, path: Path, top: int = 
         return False
     title, parts = split
     best = done.sort_values("score", ascending=mode == "min").head(top)
-    rows = pd.concat([done[done["baseline"] & ~done["trial_id"].isin(best["trial_id"])], best])
+    rows = pd.concat([done[done["baseline"]], best[~best["baseline"]]])
     fig = Figure(figsize=(8, 0.55 * len(rows) + 1.6))
     ax = fig.add_subplot()
     labels = [f"{r['trial_id']}{' (baseline)' if r['baseline'] else ''}"
@@ -267,7 +282,8 @@ def time_split(df: pd.DataFrame, metric: str, mode: str, path: Path, top: int = 
     ax.invert_yaxis()
     ax.set_xlabel("ms per cycle" if parts[0][0] == "verify_ms" else "ms per verify pass")
     ax.set_title(f"where the time goes: {title}")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(parts), fontsize=8,
+              frameon=False)
     ax.grid(alpha=0.3, axis="x")
     _save(fig, path)
     return True
