@@ -50,7 +50,9 @@ def production_plan(setup: Setup, config: Mapping[str, Any]) -> LaunchPlan:
 
 
 def dotenv_value(value: str) -> str:
-    if value and all(c.isalnum() or c in "._-:/,^;" for c in value):
+    """Bare when safe, else double-quoted: readable by dotenv loaders, systemd and a shell's
+    ``set -a; . env`` alike (``;`` in NCCL_ALGO=allreduce:tree;allgather:ring needs quotes)."""
+    if value and all(c.isalnum() or c in "._-:/,^" for c in value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 

@@ -1,0 +1,206 @@
+"""The confirm stage's statistics and decisions, without Ray: Student-t intervals, which
+configs get confirmed, the interleaved order, the winner rule, the speculative verdict."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from launchers.proxy.launcher import ProxyArgs
+from launchers.sglang.launcher import SGLangArgs
+from tuner.confirm import (
+    Candidate,
+    FixedPoints,
+    candidates,
+    decide_confirmed,
+    interleaved,
+    lines,
+    reference_args,
+    speculative_verdict,
+    without_speculative_knobs,
+)
+from tuner.stats import Interval, clears, interval, t975
+
+# ---------------------------------------------------------------- Student's t
+
+
+@pytest.mark.parametrize(("df", "expected"), [
+    (1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045), (30, 2.042),
+    (40, 2.021), (60, 2.000), (120, 1.980), (10_000, 1.960)])
+def test_t975_matches_the_published_table(df: int, expected: float) -> None:
+    assert t975(df) == pytest.approx(expected, abs=1.5e-3)
+
+
+def test_t975_is_monotone_across_the_table_edge() -> None:
+    values = [t975(df) for df in range(1, 200)]
+    assert all(a > b for a, b in itertools.pairwise(values))
+    with pytest.raises(ValueError):
+        t975(0)
+
+
+def test_interval_of_three_repeats() -> None:
+    iv = interval([10.0, 12.0, 14.0])
+    half = 4.3027 * 2.0 / math.sqrt(3)
+    assert (iv.n, iv.mean, iv.sd) == (3, 12.0, 2.0)
+    assert iv.low == pytest.approx(12.0 - half) and iv.high == pytest.approx(12.0 + half)
+    assert "± 4.97 (n=3)" in iv.text()
+
+
+def test_interval_needs_two_samples_and_skips_missing_values() -> None:
+    assert interval([]).mean is None
+    one = interval([5.0, None, float("nan")])
+    assert (one.n, one.mean, one.low, one.high) == (1, 5.0, None, None)
+    assert one.text() == "5 (n=1)"
+
+
+def test_clears_needs_the_whole_interval_beyond_the_baseline() -> None:
+    base = Interval(3, 100.0, 1.0, 98.0, 102.0)
+    assert clears(Interval(3, 110.0, 1.0, 103.0, 117.0), base, "max")
+    assert not clears(Interval(3, 110.0, 1.0, 101.0, 119.0), base, "max")  # overlaps
+    assert clears(Interval(3, 90.0, 1.0, 85.0, 97.0), base, "min")
+    assert not clears(Interval(3, 90.0, 1.0, 85.0, 97.0), base, "max")
+    assert not clears(Interval(1, 200.0, None, None, None), base, "max")  # no interval
+
+
+# ---------------------------------------------------------------- what gets confirmed
+
+
+def _table() -> pd.DataFrame:
+    rows = [("t0", "search", True, "ok", 100.0), ("t1", "search", False, "ok", 150.0),
+            ("t2", "search", False, "ok", 149.0), ("t3", "search", False, "stopped", 190.0),
+            ("t4", "search", False, "failed", None), ("t5", "search", False, "ok", 120.0),
+            ("c1", "confirm", False, "ok", 999.0)]
+    return pd.DataFrame([{"trial_id": t, "phase": p, "baseline": b, "status": s, "score": v}
+                         for t, p, b, s, v in rows])
+
+
+CONFIGS = {"t0": {"NCCL_ALGO": None}, "t1": {"NCCL_ALGO": "allreduce:tree"},
+           "t2": {"NCCL_ALGO": "allreduce:tree"},  # the same config as t1: confirmed once
+           "t3": {"NCCL_ALGO": "allreduce:ring"}, "t4": {"NCCL_ALGO": "ring"},
+           "t5": {"NCCL_ALGO": "allreduce:ring"}, "c1": {"NCCL_ALGO": "bogus"}}
+
+
+def test_candidates_are_the_baseline_then_the_best_distinct_completed_configs() -> None:
+    cands = candidates(_table(), CONFIGS, {"NCCL_ALGO": None}, "max", top=3)
+    assert [(c.label, c.source_trial) for c in cands] == [
+        ("baseline", "t0"), ("top 1", "t1"), ("top 2", "t5")]
+    assert cands[1].search_score == 150.0
+    lowest = candidates(_table(), CONFIGS, {"NCCL_ALGO": None}, "min", top=1)
+    assert [c.source_trial for c in lowest] == ["t0", "t5"]
+
+
+def test_interleaved_runs_every_config_once_per_round_with_the_baseline_last() -> None:
+    cands = [Candidate("baseline", {"a": None}, "t0", 1.0), Candidate("top 1", {"a": 1}, "t1", 2.0),
+             Candidate("top 2", {"a": 2}, "t2", 1.5)]
+    points, labels, owner = interleaved(cands, 2)
+    assert labels == ["top 1 1/2", "top 2 1/2", "baseline 1/2",
+                      "top 1 2/2", "top 2 2/2", "baseline 2/2"]
+    assert owner == [1, 2, 0, 1, 2, 0]
+    assert points[2] == {"a": None} and points[3] == {"a": 1}
+
+
+def test_fixed_points_suggests_each_point_once_then_finishes(tmp_path: Path) -> None:
+    searcher = FixedPoints([{"a": 1}, {"a": 2}], ["one", "two"])
+    assert searcher.suggest("x") == {"a": 1}
+    assert searcher.suggest("y") == {"a": 2}
+    assert searcher.suggest("z") == FixedPoints.FINISHED
+    assert (searcher.label_of("y"), searcher.label_of("z")) == ("two", None)
+    searcher.save(str(tmp_path / "state.pkl"))
+    again = FixedPoints([], [])
+    again.restore(str(tmp_path / "state.pkl"))
+    assert again.assigned == {"x": 0, "y": 1} and again.suggest("w") == FixedPoints.FINISHED
+
+
+# ---------------------------------------------------------------- the decision
+
+
+def _entry(label: str, scores: list[float], failed: int = 0) -> dict[str, object]:
+    return {"label": label, "source_trial": f"s-{label}", "search_score": None, "config": {},
+            "trials": [], "scores": scores, "failed": [{"trial_id": "f", "kind": "oom"}] * failed,
+            "objective": interval(scores).to_json(), "verify_ms": interval([]).to_json()}
+
+
+def test_the_winner_is_the_best_config_whose_interval_clears_the_baseline() -> None:
+    entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [120, 122, 121]),
+               _entry("top 2", [130, 131, 129])]
+    decision = decide_confirmed(entries, "output_tok_s", "max", 3)
+    assert decision["kind"] == "confirmed" and decision["label"] == "top 2"
+    assert "beats the default beyond noise" in decision["text"] and "1.300x" in decision["text"]
+
+
+def test_no_winner_within_noise_says_so_plainly() -> None:
+    entries = [_entry("baseline", [100, 110, 90]), _entry("top 1", [112, 104, 120])]
+    decision = decide_confirmed(entries, "output_tok_s", "max", 3)
+    assert decision["kind"] == "default" and decision["label"] == "baseline"
+    assert decision["text"].startswith("No configuration beat the default beyond noise")
+    assert "Keep the default settings" in decision["text"]
+
+
+def test_a_config_that_failed_a_repeat_is_never_the_winner() -> None:
+    entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [150, 151], failed=1)]
+    assert decide_confirmed(entries, "m", "max", 3)["kind"] == "default"
+
+
+def test_a_baseline_without_an_interval_allows_no_claim() -> None:
+    entries = [_entry("baseline", [100]), _entry("top 1", [150, 151, 152])]
+    decision = decide_confirmed(entries, "m", "max", 3)
+    assert decision["kind"] == "unconfirmed" and "too few" in decision["text"]
+
+
+def test_lines_show_the_table_and_the_decision() -> None:
+    entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [130, 131, 129])]
+    data = {"metric": "output_tok_s", "repeats": 3, "entries": entries,
+            "decision": decide_confirmed(entries, "output_tok_s", "max", 3)}
+    text = "\n".join(lines(data))
+    assert "baseline" in text and "top 1" in text and "100 ± 2.48 (n=3)" in text
+    assert "decision: top 1" in text
+
+
+# ---------------------------------------------------------------- speculative decoding
+
+
+def test_the_field_case_says_speculative_decoding_does_not_pay_off() -> None:
+    with_it = interval([54.0, 55.0, 53.0])
+    verdict = speculative_verdict(with_it, None, {"trial_id": "r", "status": "ok", "score": 90.0},
+                                  "output_tok_s", "max")
+    assert verdict["pays_off"] is False and verdict["without"] == 90.0
+    assert "does NOT pay off" in verdict["text"] and "serve without it" in verdict["text"]
+
+
+def test_speculative_verdicts_pay_off_unclear_failed_and_single_run() -> None:
+    ok = {"trial_id": "r", "status": "ok", "score": 100.0}
+    assert speculative_verdict(interval([150, 151, 149]), None, ok, "m", "max")["pays_off"] is True
+    unclear = speculative_verdict(interval([90, 110, 100]), None, ok, "m", "max")
+    assert unclear["pays_off"] is None and "no clear difference" in unclear["text"]
+    failed = speculative_verdict(interval([150, 151]), None,
+                                 {"trial_id": "r", "status": "failed", "score": None,
+                                  "failure_kind": "oom"}, "m", "max")
+    assert failed["pays_off"] is None and "(oom)" in failed["text"]
+    single = speculative_verdict(None, 80.0, ok, "m", "max")
+    assert single["pays_off"] is False and "not noise-checked" in single["text"]
+
+
+def test_reference_args_turn_speculative_decoding_off_only_where_it_is_on() -> None:
+    on = SGLangArgs(model="m", speculative_algorithm="EAGLE3", draft_model="d",
+                    server_args=["--speculative-num-steps", "3", "--mem-fraction-static", "0.8",
+                                 "--speculative-eagle-topk=1"])
+    off = reference_args(on)
+    assert off is not None and off.speculative_algorithm is None and off.draft_model is None
+    assert off.server_args == ["--mem-fraction-static", "0.8"]
+    assert off.model == "m"
+    assert reference_args(SGLangArgs(model="m")) is None
+    assert reference_args(ProxyArgs()) is None
+    flag_only = SGLangArgs(model="m", server_args=["--speculative-algorithm", "NGRAM"])
+    assert reference_args(flag_only).server_args == []  # type: ignore[union-attr]
+
+
+def test_the_reference_config_keeps_communication_and_drops_speculative_knobs() -> None:
+    config = {"NCCL_ALGO": "allreduce:tree", "--speculative-num-steps": 3,
+              "--speculative-num-draft-tokens": 4}
+    assert without_speculative_knobs(config) == {
+        "NCCL_ALGO": "allreduce:tree", "--speculative-num-steps": None,
+        "--speculative-num-draft-tokens": None}
