@@ -3,6 +3,7 @@ first, storage, resume, and the end-of-run results."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -101,10 +102,38 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
         # Which node ran the trial (nodes of one host share an IP): a column of results.csv.
         tune.report({**metrics, "node_id": node_id})
 
-    run_trial(config, space=setup.space, workload=setup.workload, ctx=ctx, rounds=spec.rounds,
-              report=report, stop_grace=spec.stop_grace,
-              gpu_clean_timeout=spec.gpu_clean_timeout, ready_timeout=ready_timeout,
-              experiment_prefix=setup.marker_prefix)
+    guard = ExitGuard(ctx.marker, spec.stop_grace)
+    atexit.register(guard)
+    try:
+        run_trial(config, space=setup.space, workload=setup.workload, ctx=ctx,
+                  rounds=spec.rounds, report=report, stop_grace=spec.stop_grace,
+                  gpu_clean_timeout=spec.gpu_clean_timeout, ready_timeout=ready_timeout,
+                  experiment_prefix=setup.marker_prefix, stopping=guard.stopping)
+    finally:
+        guard.done.set()
+        atexit.unregister(guard)
+
+
+class ExitGuard:
+    """Ray ends a stopped trial's worker process without waiting for the trial's own
+    ``finally`` (its cleanup does not wait for the training thread), and then kills the
+    worker's children. Python still runs atexit handlers on that exit: this one stops the
+    trial's server tree by its marker (setsid grandchildren too) and gives the trial a few
+    seconds to record itself, so a stopped trial leaves its folder complete and its node
+    free before the next trial starts there."""
+
+    def __init__(self, marker: str, grace: float) -> None:
+        self.marker = marker
+        self.grace = grace
+        self.stopping = threading.Event()
+        self.done = threading.Event()
+
+    def __call__(self) -> None:
+        if self.done.is_set():
+            return
+        self.stopping.set()
+        process.reap_all(self.marker, grace=self.grace, exact=True)
+        self.done.wait(timeout=self.grace + 5.0)
 
 
 # ---------------------------------------------------------------- Ray
@@ -146,6 +175,8 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
     # A failed trial is data: its kind and message get one progress line, the traceback
     # stays in its folder (error.txt, failure.json) instead of filling the terminal.
     os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    # A reused trial actor waits this long for the previous trial's teardown (default 2 s).
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(int(spec.stop_grace) + 5))
     started_here = spec.address is None
     saved = {k: os.environ.get(k) for k in (process.MARKER_ENV, process.OWNER_ENV)}
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,8 +43,13 @@ def resolve_port(wanted: int | None) -> int | None:
 def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Workload,
               ctx: TrialContext, rounds: int, report: Report, stop_grace: float = 10.0,
               gpu_clean_timeout: float = 60.0, ready_timeout: float = 1800.0,
-              experiment_prefix: str = "") -> TrialRecord:
-    """Run one configuration; raise TrialFailed (after writing failure.json) when it fails."""
+              experiment_prefix: str = "", stopping: threading.Event | None = None
+              ) -> TrialRecord:
+    """Run one configuration; raise TrialFailed (after writing failure.json) when it fails.
+
+    The last round is reported once the server is down, so that a stop from the scheduler
+    (which comes with that report) finds nothing left to clean up. ``stopping`` is set when
+    the trial is being stopped from outside: a server that dies then is not a failure."""
     record = TrialRecord(ctx.trial_id, dict(config))
     folder = ctx.trial_dir
     folder.mkdir(parents=True, exist_ok=True)
@@ -75,6 +81,7 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
             running.warmup()
             record.timings["warmup_s"] = time.monotonic() - t_warm
             t_bench = time.monotonic()
+            last: dict[str, Any] | None = None
             for index in range(rounds):
                 metrics: Metrics = running.measure(index)
                 if index == 0:
@@ -85,18 +92,28 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
                 record.rounds.append(metrics)
                 record.timings["bench_s"] = time.monotonic() - t_bench
                 record.write(folder)
-                report({**_numeric_only(metrics), **_effective_columns(record.effective),
-                        "round": index + 1, "ready_s": record.timings["ready_s"]})
+                last = {**_numeric_only(metrics), **_effective_columns(record.effective),
+                        "round": index + 1, "ready_s": record.timings["ready_s"]}
+                if index + 1 < rounds:
+                    report(last)
             t_stop = time.monotonic()
         record.timings["stop_s"] = time.monotonic() - t_stop
         record.status = "ok"
+        record.write(folder)
+        if last is not None:
+            report(last)
         return record
     except TrialFailed as err:
+        if stopping is not None and stopping.is_set():
+            record.status = "stopped"  # stopped from outside, its server with it
+            raise
         record.status = "failed"
         record.failure = err.failure.to_json()
         (folder / FAILURE_FILE).write_text(json.dumps(record.failure, indent=1))
         raise
     except BaseException as err:  # a stop from Ray (SystemExit) or an unexpected error
+        if record.status == "ok":  # stopped with the last round's report: nothing was cut
+            raise
         record.status = "stopped" if isinstance(err, (SystemExit, KeyboardInterrupt)) else "error"
         if record.status == "error":
             failure = Failure(FailureKind.CRASHED, f"servetune error: {err!r}")
