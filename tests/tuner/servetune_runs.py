@@ -1,0 +1,225 @@
+"""Run `servetune` as a user does (a subprocess, real Ray, the stand-in server) and read back
+what it left: results.csv, each trial's trial.json and server.log, and marked processes.
+
+Shared by the integration tests and benchmarks/faults.py. Every run gets its own Ray temp
+dir (RAY_TMPDIR, short: Ray's socket paths are length-limited) so that concurrent test runs
+on one box never share /tmp/ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from launchers.process import Marked, kill_processes, marked_processes
+from tuner.recorder import JOURNAL, read_journal
+from tuner.spec import ExperimentSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+STAND_IN = (sys.executable, "-m", "tests.fakes.sglang_server")
+# Short, steady rounds: model time dominates the HTTP overhead even on a busy 2-core box.
+FAST = ("--fake-time-scale", "0.2", "--fake-startup-s", "0.2", "--fake-noise", "0.01")
+GPU_LINE = re.compile(r"CUDA_VISIBLE_DEVICES=(\S*)")
+
+
+def stand_in(*switches: str) -> str:
+    """A --server-cmd that runs the stand-in with these --fake-* switches."""
+    return shlex.join([*STAND_IN, *FAST, *switches])
+
+
+def env_for(ray_tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    parts = [str(ROOT), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    env["RAY_TMPDIR"] = str(ray_tmp)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@contextlib.contextmanager
+def ray_tmpdir() -> Iterator[Path]:
+    """A short, private folder for Ray's temp files."""
+    path = Path(tempfile.mkdtemp(prefix="st-ray-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def __str__(self) -> str:
+        return (f"$ {shlex.join(self.argv)}\nexit {self.returncode} after {self.seconds:.1f} s\n"
+                f"--- stdout\n{self.stdout[-6000:]}\n--- stderr\n{self.stderr[-6000:]}")
+
+
+@dataclass
+class Experiment:
+    """One experiment folder and the servetune runs made on it."""
+
+    out: Path
+    ray_tmp: Path
+    model: Path
+    base_args: list[str] = field(default_factory=list)
+    runs: list[Result] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, root: Path, ray_tmp: Path, name: str = "exp", model: Path | None = None,
+               **kwargs: Any) -> Experiment:
+        if model is None:
+            model = root / "model"
+        model.mkdir(parents=True, exist_ok=True)
+        return cls(root / name, ray_tmp, model, **kwargs)
+
+    # ------------------------------------------------------------ running
+    def args(self, *extra: str, server: str | None = None, ready_timeout: float = 20.0
+             ) -> list[str]:
+        """The usual flags: the stand-in, 8 logical GPUs, short rounds, no confirm stage."""
+        return ["--model", str(self.model), "--server-cmd", server or stand_in(),
+                "--num-gpus", "8", "--port", "0", "--confirm", "0", "--input-len", "16",
+                "--output-len", "32", "--requests-per-round", "2", "--stop-grace", "1",
+                "--ready-timeout", str(ready_timeout), "--no-preflight", *self.base_args,
+                *extra, "--out", str(self.out)]
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return [sys.executable, "-m", "tuner", *argv]
+
+    def run(self, argv: Sequence[str], timeout: float = 240.0) -> Result:
+        """``python -m tuner ARGV`` to its end."""
+        cmd = self.command(argv)
+        began = time.monotonic()
+        proc = subprocess.run(cmd, env=env_for(self.ray_tmp), cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        result = Result(cmd, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - began)
+        self.runs.append(result)
+        return result
+
+    def start(self, argv: Sequence[str]) -> Background:
+        """``python -m tuner ARGV`` in the background, in its own process group (a terminal's
+        foreground job), its output to files."""
+        cmd = self.command(argv)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        stdout = self.out.parent / f"{self.out.name}.stdout.{len(self.runs)}"
+        stderr = self.out.parent / f"{self.out.name}.stderr.{len(self.runs)}"
+        with open(stdout, "w") as out, open(stderr, "w") as err:
+            popen = subprocess.Popen(cmd, env=env_for(self.ray_tmp), cwd=ROOT, stdout=out,
+                                     stderr=err, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        return Background(self, cmd, popen, stdout, stderr, time.monotonic())
+
+    # ------------------------------------------------------------ reading back
+    @property
+    def spec(self) -> ExperimentSpec:
+        return ExperimentSpec.load(self.out)
+
+    @property
+    def prefix(self) -> str:
+        """The marker prefix of this experiment's processes."""
+        return f"{self.spec.marker_id}/"
+
+    def journal(self) -> list[dict[str, Any]]:
+        return read_journal(self.out / JOURNAL)
+
+    def table(self) -> pd.DataFrame:
+        return pd.read_csv(self.out / "results.csv")
+
+    def trial_ids(self) -> list[str]:
+        """Trials in launch order (the journal's start events)."""
+        starts = [e for e in self.journal() if e.get("event") == "start"]
+        return list(dict.fromkeys(e["trial_id"] for e in sorted(starts, key=lambda e: e["order"])))
+
+    def record(self, trial_id: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.out / trial_id / "trial.json").read_text())
+        return data
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        return {t: self.record(t) for t in self.trial_ids()
+                if (self.out / t / "trial.json").exists()}
+
+    def server_gpus(self, trial_id: str) -> list[str]:
+        """The CUDA_VISIBLE_DEVICES the trial's server logged."""
+        text = (self.out / trial_id / "server.log").read_text(errors="replace")
+        match = GPU_LINE.search(text)
+        return match.group(1).split(",") if match and match.group(1) else []
+
+    def finished_ok(self) -> list[str]:
+        """Trials the journal saw end normally (their results must never be lost)."""
+        return [e["trial_id"] for e in self.journal()
+                if e.get("event") == "end" and e.get("status") == "ok"]
+
+    def rounds_reported(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for e in self.journal():
+            if e.get("event") == "result":
+                counts[e["trial_id"]] = counts.get(e["trial_id"], 0) + 1
+        return counts
+
+    def leftovers(self) -> list[Marked]:
+        return marked_processes(self.prefix) if (self.out / "servetune.json").exists() else []
+
+    def cleanup(self) -> list[Marked]:
+        """Kill whatever this experiment left (the test then fails on what was found)."""
+        left = self.leftovers()
+        if left:
+            kill_processes([m.pid for m in left], grace=1.0)
+        return left
+
+
+@dataclass
+class Background:
+    experiment: Experiment
+    argv: list[str]
+    popen: subprocess.Popen[bytes]
+    stdout_path: Path
+    stderr_path: Path
+    began: float
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.popen.poll() is not None:
+                raise AssertionError(f"servetune exited before {what}:\n{self.finish(0)}")
+            if time.monotonic() > deadline:
+                self.popen.kill()
+                raise AssertionError(f"timed out waiting for {what}:\n{self.finish(5)}")
+            time.sleep(0.05)
+
+    def signal_group(self, sig: int) -> None:
+        """Like Ctrl-C in a terminal: the signal goes to the whole foreground job."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+
+    def signal_driver(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.popen.pid, sig)
+
+    def finish(self, timeout: float) -> Result:
+        try:
+            code = self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            code = self.popen.wait()
+        result = Result(self.argv, code, self.stdout_path.read_text(),
+                        self.stderr_path.read_text(), time.monotonic() - self.began)
+        self.experiment.runs.append(result)
+        return result
