@@ -217,7 +217,7 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
         "dashboard": not args.no_dashboard, "confirm": args.confirm,
         **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),
         "confirm_top": args.confirm_top, "screen": args.screen, "screen_top": args.screen_top,
-        "screen_samples": args.screen_samples,
+        "screen_samples": args.screen_samples, "profile": bool(getattr(args, "profile", False)),
         "screen_model": args.model_config if args.screen else None,
     }
     if args.confirm == 1:
@@ -379,6 +379,54 @@ def cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
+def _given_config(args: argparse.Namespace) -> dict[str, knobs.Value] | None:
+    """``servetune profile --config JSON|@file --pin NAME=VALUE``: knob name -> value."""
+    if not args.config and not args.pin:
+        return None
+    config: dict[str, knobs.Value] = {}
+    if args.config:
+        text = args.config
+        if text.startswith("@"):
+            try:
+                text = Path(text[1:]).read_text()
+            except OSError as err:
+                raise CliError(f"--config {args.config}: {err.strerror or err}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise CliError(f"--config: not JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise CliError("--config: expected a JSON object of knob name -> value")
+        for name, value in data.items():
+            try:
+                canonical = knobs.canonical_name(str(name))
+            except knobs.UnknownKnob as err:
+                raise CliError(f"--config: {err}") from None
+            config[canonical] = parse_value(canonical, value) if isinstance(value, str) else value
+    config.update(parse_pins(args.pin))
+    return config
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from tuner import profile
+    from tuner.experiment import prepare
+
+    folder = Path(args.dir).resolve()
+    setup = prepare(ExperimentSpec.load(folder).model_copy(update={"out_dir": folder}))
+    if args.steps < 1:
+        raise CliError("--steps: at least 1")
+    targets = profile.experiment_targets(setup, _given_config(args), args.label,
+                                         baseline=not args.no_baseline)
+    if not targets:
+        raise CliError(f"{folder}: nothing to profile (no best.json): give --config or --pin")
+    for target in targets:
+        problems = setup.space.validate(target.config)
+        if problems:
+            raise CliError(f"{target.label}: {problems[0]}")
+    doc = profile.profile_experiment(setup, targets, steps=args.steps)
+    return 0 if any(e["status"] == "ok" for e in doc["entries"]) else 1
+
+
 def cmd_spaces(args: argparse.Namespace) -> int:
     for name in preset_names():
         space = load(name)
@@ -397,6 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run (or --resume) an experiment")
     _add_experiment_args(run)
     run.add_argument("--resume", metavar="DIR", help="finish an interrupted experiment")
+    run.add_argument("--profile", action="store_true", help="at the end, profile the baseline "
+                     "and the chosen config (as servetune profile DIR)")
     plan = sub.add_parser("plan", help="print each config's command and env; launch nothing")
     _add_experiment_args(plan)
     plan.add_argument("--json", action="store_true", help="one JSON object per config")
@@ -405,11 +455,21 @@ def build_parser() -> argparse.ArgumentParser:
     best = sub.add_parser("best", help="print the best configuration's launch script")
     best.add_argument("dir")
     sub.add_parser("spaces", help="list the shipped search spaces")
+    prof = sub.add_parser("profile", help="where the verify time goes: profile the baseline "
+                          "and the chosen (or a given) config of an experiment")
+    prof.add_argument("dir")
+    prof.add_argument("--config", metavar="JSON", help="profile this config instead of the "
+                      "chosen one: a JSON object of knob -> value, or @file.json")
+    prof.add_argument("--pin", action="append", default=[], metavar="NAME=VALUE",
+                      help="a knob of the config to profile (repeatable), over the baseline")
+    prof.add_argument("--label", help="the given config's name (default: config)")
+    prof.add_argument("--no-baseline", action="store_true", help="do not profile the baseline")
+    prof.add_argument("--steps", type=int, default=10, help="verify steps profiled per config")
     return parser
 
 
 COMMANDS = {"run": cmd_run, "plan": cmd_plan, "report": cmd_report, "best": cmd_best,
-            "spaces": cmd_spaces}
+            "spaces": cmd_spaces, "profile": cmd_profile}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

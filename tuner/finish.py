@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from tuner import confirm, exports, results
+from tuner import confirm, exports, profile, results
 
 if TYPE_CHECKING:
     from tuner.experiment import Print, RunOutcome, Setup
@@ -114,4 +114,5 @@ def finish(setup: Setup, stack: SearchStack | None, *, interrupted: bool, echo: 
     if interrupted:
         echo(f"interrupted: finish it with  servetune run --resume {out}")
     echo(f"results: {out / results.RESULTS_CSV}")
+    profile.after_run(setup, interrupted=interrupted, echo=echo)  # run --profile
     return RunOutcome(out, df, best, interrupted, lines)

@@ -57,6 +57,8 @@ class ExperimentSpec(BaseModel):
                                      "the model folder's config.json")
     points: list[dict[str, Value]] = Field([], description="evaluate exactly these configs "
                                            "(after the baseline) instead of searching")
+    profile: bool = Field(False, description="profile the baseline and the chosen config at "
+                          "the end of the run (servetune profile)")
     reuse_actors: bool | None = Field(None, description="reuse one Ray actor for many trials "
                                       "(saves seconds a trial, but the dashboard then names "
                                       "only an actor's first trial); default: reuse unless "
