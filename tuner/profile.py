@@ -121,7 +121,8 @@ def profile_config(workload: Workload, target: Target, launch: Launch, steps: in
         entry["draft"] = draft.to_json() if draft is not None else None
         if main is None:
             entry["failure"] = {"kind": "no_verify_steps", "message": "no verify step with "
-                                f"work in the traces ({result.skipped_steps} spans without)"}
+                                f"work in the traces ({result.skipped_steps} spans without: "
+                                "were the kernels traced?)"}
         else:
             entry["status"] = "ok"
         if measured.get("scaled"):
@@ -150,7 +151,7 @@ def profile_config(workload: Workload, target: Target, launch: Launch, steps: in
 
 
 def _changed(config: Mapping[str, Value]) -> list[str]:
-    return [f"{k}={v}" for k, v in config.items() if v is not None]
+    return [f"{k}={v}" for k, v in config.items() if v is not None and v is not False]
 
 
 # ---------------------------------------------------------------- several, and the outputs

@@ -257,6 +257,7 @@ class Geometry:
     def describe(self) -> dict[str, object]:
         q = self.shape.quantization
         return {"tokens": self.tokens, "layers_run": self.layers_run, "scaled": self.scaled,
+                "num_hidden_layers": self.shape.num_hidden_layers,
                 "heads_per_rank": self.heads, "kv_heads_per_rank": self.kv_heads,
                 "expert_pool": self.expert_pool if self.shape.is_moe else 0,
                 "layer_kinds": "".join(k[0] for k in self.layer_kinds()),
