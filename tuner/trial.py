@@ -122,13 +122,23 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
         raise
     finally:
         t_down = time.monotonic()
+        stop_s = 0.0
         if running is not None:
             running.stop()
+            stopped = running.process.stop()  # the first stop's report (cached)
+            stop_s = stopped.seconds
+            if stopped.other_sessions:
+                record.warnings.append(f"{len(stopped.other_sessions)} processes of the server "
+                                       "ran in a session of their own (setsid): stopped by marker")
         # Anything still carrying this trial's marker (grandchildren in new sessions) goes.
-        process.reap_all(ctx.marker, grace=min(stop_grace, 3.0), exact=True)
+        outlived = process.reap_all(ctx.marker, grace=min(stop_grace, 3.0), exact=True)
+        if outlived:
+            record.warnings.append(f"{len(outlived)} processes outlived the server's stop "
+                                   "(new sessions?): reaped by marker")
         if gpu_before:
             record.warnings += gpu.wait_memory_back(gpu_before, timeout=30.0)
-        record.timings["teardown_s"] = time.monotonic() - t_down  # on every path
+        # On every path: the server's stop (wherever it happened) and the sweep after it.
+        record.timings["teardown_s"] = stop_s + time.monotonic() - t_down
         record.timings["total_s"] = time.monotonic() - t0
         record.timings["wall_end"] = time.time()
         record.write(folder)
