@@ -231,11 +231,20 @@ def wait_port_free(port: int, timeout: float, host: str = LOCALHOST) -> bool:
 # ---------------------------------------------------------------- one server tree
 
 
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
 @dataclass(frozen=True)
 class StopReport:
     seconds: float
     signalled: list[int]
     port_free: bool
+    # Marked processes in a session of their own (setsid): Ray's process-group kill misses them.
+    other_sessions: tuple[int, ...] = ()
 
 
 class ServerProcess:
@@ -318,14 +327,17 @@ class ServerProcess:
             return self._stopped
         grace = self.stop_grace if grace is None else grace
         began = time.monotonic()
-        roots = [self.pid, *(m.pid for m in marked_processes(self.marker, exact=True))]
-        signalled = kill_processes(roots, grace)
+        marked = [m.pid for m in marked_processes(self.marker, exact=True)]
+        session = _session(self.pid)
+        others = tuple(p for p in marked if session is not None and _session(p) not in
+                       (session, None))
+        signalled = kill_processes([self.pid, *marked], grace)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=5)
         port_free = True
         if self.port is not None:
             port_free = wait_port_free(self.port, port_timeout, self.host)
-        self._stopped = StopReport(time.monotonic() - began, signalled, port_free)
+        self._stopped = StopReport(time.monotonic() - began, signalled, port_free, others)
         return self._stopped
 
     def __enter__(self) -> ServerProcess:
