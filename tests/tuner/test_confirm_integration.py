@@ -1,0 +1,148 @@
+"""The confirm stage end to end: `servetune run` as a subprocess, real Ray, the stand-in server.
+
+- the shared run (conftest ``confirmed_run``): the stand-in's NCCL optimum is far from the
+  default, so the confirmed winner must clear the baseline, and speculative decoding pays
+  off there (the stand-in's verify pass is cheap enough);
+- a run where every config is equally fast (the stand-in told the verify and draft times):
+  no config may be declared better than the default;
+- ``--confirm 0`` without speculative decoding: no confirm launches, no reference run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.tuner.conftest import Run
+from tests.tuner.servetune_runs import Experiment, ray_tmpdir, stand_in
+
+pytestmark = pytest.mark.integration
+
+
+def _confirm(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "confirm.json").read_text())
+    return data
+
+
+def _starts(exp: Experiment) -> list[dict[str, Any]]:
+    return [e for e in exp.journal() if e.get("event") == "start"]
+
+
+def test_run_confirms_the_top_configs_against_the_baseline(confirmed_run: Run) -> None:
+    exp, result = confirmed_run.exp, confirmed_run.result
+    assert result.returncode == 0, result
+    data = _confirm(exp.out)
+    assert (data["repeats"], data["top"], data["confidence"]) == (3, 2, 0.95)
+    labels = [e["label"] for e in data["entries"]]
+    assert labels == ["baseline", "top 1", "top 2"]
+    confirm_ids = {e["trial_id"] for e in _starts(exp) if e.get("phase") == "confirm"
+                   and not e.get("variant")}
+    for entry in data["entries"]:
+        assert len(entry["trials"]) == 3 and set(entry["trials"]) <= confirm_ids
+        assert entry["objective"]["n"] == 3 and entry["objective"]["low"] is not None
+        assert entry["verify_ms"]["n"] == 3 and entry["verify_ms"]["mean"] > 0
+        assert entry["failed"] == []
+    # Fresh launches: every repeat is its own trial with its own server log.
+    for tid in confirm_ids:
+        assert (exp.out / tid / "server.log").is_file()
+    decision = data["decision"]
+    assert decision["kind"] == "confirmed", decision
+    assert "beats the default beyond noise" in decision["text"]
+    winner = next(e for e in data["entries"] if e["label"] == decision["label"])
+    base = data["entries"][0]
+    assert winner["objective"]["low"] > base["objective"]["high"]
+    # The confirm launches of one config ran the search trial's exact config.
+    configs = {e["trial_id"]: e["config"] for e in _starts(exp)}
+    assert all(configs[t] == configs[winner["source_trial"]] for t in winner["trials"])
+    # Interleaved: the first three confirm launches are three different configs.
+    order = [e for e in _starts(exp) if e.get("phase") == "confirm" and not e.get("variant")]
+    first_round = [json.dumps(e["config"], sort_keys=True) for e in order[:3]]
+    assert len(set(first_round)) == 3
+
+
+def test_speculative_decoding_is_checked_without_it(confirmed_run: Run) -> None:
+    exp = confirmed_run.exp
+    data = _confirm(exp.out)
+    verdict = data["speculative"]
+    refs = [e for e in _starts(exp) if e.get("variant") == "no_speculative"]
+    assert len(refs) == 1 and refs[0]["phase"] == "confirm"
+    ref = refs[0]["trial_id"]
+    assert verdict["reference_trial"] == ref and verdict["algorithm"] == "EAGLE3"
+    plan = json.loads((exp.out / ref / "plan.json").read_text())
+    assert "--speculative-algorithm" not in plan["argv"]
+    assert "SGLANG_ENABLE_METRICS_DEVICE_TIMER" not in plan["env"]
+    winner = data["decision"]["source_trial"]
+    winner_plan = json.loads((exp.out / winner / "plan.json").read_text())
+    nccl = {k: v for k, v in winner_plan["env"].items()
+            if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
+    assert {k: plan["env"].get(k) for k in nccl} == nccl  # the same communication settings
+    assert verdict["pays_off"] is True and verdict["without"] < verdict["with"]
+    assert verdict["text"].startswith("Speculative decoding pays off here")
+
+
+def test_results_and_progress_show_the_phase(confirmed_run: Run) -> None:
+    exp, result = confirmed_run.exp, confirmed_run.result
+    table = exp.table()
+    assert Counter(table["phase"]) == Counter({"search": 4, "confirm": 10})
+    assert list(table[table["variant"].notna()]["variant"]) == ["no_speculative"]
+    assert table[table["phase"] == "confirm"]["baseline"].sum() == 3
+    out = result.stdout
+    header = re.search(r"^trial +phase +status +round +output_tok_s +verify_ms +settings$",
+                       out, re.MULTILINE)
+    assert header, out[-3000:]
+    assert re.search(r"^\w{8} +search +done +2/2 +[\d.]+ +[\d.]+ +", out, re.MULTILINE)
+    assert re.search(r"^\w{8} +confirm top 1 1/3 +running +1/2 +[\d.]+ +[\d.]+ +ALGO=", out,
+                     re.MULTILINE)
+    assert re.search(r"^\w{8} +confirm no speculative +done +2/2 +[\d.]+ +- ", out, re.MULTILINE)
+    assert "decision: top " in out and "Speculative decoding pays off here" in out
+    assert "TensorBoard: tensorboard --logdir" in out
+
+
+def test_equal_configs_give_no_winner(tmp_path: Path) -> None:
+    """Every config is as fast as the default: the stage must say so plainly and export the
+    default settings."""
+    with ray_tmpdir() as ray_tmp:
+        exp = Experiment.create(tmp_path, ray_tmp)
+        flat = stand_in("--fake-verify-ms", "20", "--fake-draft-ms", "5")
+        try:
+            result = exp.run(["run", *exp.args("--space", "nccl-pcie", "--samples", "3", "--rounds", "2",
+                                      "--confirm", "3", "--confirm-top", "1", "--no-dashboard",
+                                      "--scheduler", "fifo", server=flat)], timeout=240)
+            assert result.returncode == 0, result
+        finally:
+            left = exp.cleanup()
+        assert not left
+    data = _confirm(exp.out)
+    assert data["decision"]["kind"] == "default", data["decision"]
+    assert "No configuration beat the default beyond noise" in result.stdout
+    assert data.get("speculative") is None  # speculative decoding was off: no reference
+    best = json.loads((exp.out / "best.json").read_text())
+    assert best["decision"] == "default" and best["trial_id"] == data["entries"][0]["source_trial"]
+    launch = (exp.out / "best" / "launch.sh").read_text()
+    assert "export NCCL_ALGO" not in launch and "unset NCCL_ALGO" in launch
+    assert "no rule" in (exp.out / "best" / "nccl-tuner.csv").read_text()
+
+
+def test_confirm_0_skips_the_stage(tmp_path: Path) -> None:
+    with ray_tmpdir() as ray_tmp:
+        exp = Experiment.create(tmp_path, ray_tmp)
+        try:
+            result = exp.run(["run", *exp.args("--space", "nccl-pcie", "--samples", "2", "--rounds", "1",
+                                      "--no-dashboard")], timeout=200)  # args(): --confirm 0
+            assert result.returncode == 0, result
+        finally:
+            left = exp.cleanup()
+        assert not left
+    assert {e.get("phase", "search") for e in _starts(exp)} == {"search"}
+    data = _confirm(exp.out)
+    assert data["entries"] == [] and data.get("speculative") is None
+    assert data["decision"]["kind"] in ("unconfirmed", "default")
+    assert "--confirm 0" in data["decision"]["text"]
+    table = pd.read_csv(exp.out / "results.csv")
+    assert set(table["phase"]) == {"search"}
