@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from launchers.proxy.model import Geometry, ProxyModel, approximation
+from launchers.proxy.model import FIT_FRACTION, Geometry, ProxyModel, approximation, fit_layers
 from launchers.proxy.shapes import Shape, load_shape
 
 
@@ -117,3 +117,21 @@ def test_approximation_is_stated() -> None:
     text = " ".join(approximation())
     for words in ("bf16", "distinct experts", "kv_len", "scaled", "embedding"):
         assert words in text
+
+
+def test_fit_layers() -> None:
+    """The most layers whose bytes fit in FIT_FRACTION of a GPU's memory; None: all fit."""
+    geo = Geometry(Shape.from_config(load_shape("llama-3.1-70b"), "llama-3.1-70b"),
+                   batch=1, draft_tokens=4, kv_len=4096)
+    whole = geo.bytes_per_pass(full=False)["total"]
+    assert fit_layers(geo, int(whole / FIT_FRACTION) + 1) is None
+    h200 = 150_119_600_128  # 139.8 GiB, as torch reports an H200
+    n = fit_layers(geo, h200)
+    assert n == 72
+
+    def need(k: int) -> int:
+        return Geometry(geo.shape, batch=1, draft_tokens=4, kv_len=4096,
+                        layers=k).bytes_per_pass(full=False)["total"]
+
+    assert need(72) <= FIT_FRACTION * h200 < need(73)
+    assert fit_layers(geo, 1 << 30) == 1  # nothing fits: 1 layer, and the worker says OOM

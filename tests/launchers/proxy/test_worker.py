@@ -71,6 +71,14 @@ def test_requests() -> None:
         assert worker.Request.parse(bad) is None
 
 
+def test_check_fits_names_the_layers_that_would() -> None:
+    llama = geo("llama-3.1-70b", batch=1, draft_tokens=4, kv_len=4096)  # 130.7 GiB
+    worker._check_fits(llama, free=146 << 30, total=150 << 30)  # 0.9 x free is enough
+    with pytest.raises(torch.OutOfMemoryError, match=r"130\.7 GiB per GPU, 138\.7 GiB free: "
+                       r"run fewer layers \(--layers 7\d\)"):
+        worker._check_fits(llama, free=int(138.7 * 2**30), total=150_119_600_128)
+
+
 def test_rank_argv_drops_spawn() -> None:
     assert worker._without_spawn(["--spawn", "2", "--model", "tiny", "--spawn=3", "-x"]) == \
         ["--model", "tiny", "-x"]
