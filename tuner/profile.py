@@ -160,6 +160,9 @@ def _changed(config: Mapping[str, Value]) -> list[str]:
 def profile_configs(workload: Workload, targets: Sequence[Target], launch: Launch, *,
                     steps: int = DEFAULT_STEPS, echo: Print = print) -> dict[str, Any]:
     """Profile each target in turn; write profile.json, breakdown.txt and breakdown.png."""
+    reaped = process.reap(f"{launch.experiment}/profile-")  # a killed earlier profile's
+    if reaped:
+        echo(f"reaped {len(reaped)} leftover processes of an earlier profile")
     entries = [profile_config(workload, t, launch, steps, echo) for t in targets]
     doc: dict[str, Any] = {
         "version": 1, "workload": workload.kind, "steps": steps,
