@@ -280,7 +280,8 @@ def time_split(df: pd.DataFrame, metric: str, mode: str, path: Path, top: int = 
                             fontsize=7, color="white")
         left = [a + b for a, b in zip(left, values, strict=True)]
     ax.invert_yaxis()
-    ax.set_xlabel("ms per cycle" if parts[0][0] == "verify_ms" else "ms per verify pass")
+    drafts = any("draft" in column for column, _ in parts)
+    ax.set_xlabel("ms per cycle (verify pass + draft)" if drafts else "ms per verify pass")
     ax.set_title(f"where the time goes: {title}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(parts), fontsize=8,
               frameon=False)
