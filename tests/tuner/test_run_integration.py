@@ -10,6 +10,7 @@ path and a server argument. A second test runs a two-node Ray cluster.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shlex
@@ -128,7 +129,7 @@ def test_trials_never_overlap(spine: Spine) -> None:
     spans = sorted((r["timings"]["wall_start"], r["timings"]["wall_end"], t)
                    for t, r in spine.exp.records().items())
     assert len(spans) == 5
-    for (_, end, a), (start, _, b) in zip(spans, spans[1:], strict=False):
+    for (_, end, a), (start, _, b) in itertools.pairwise(spans):
         assert end <= start, f"{a} ran until {end:.3f}, {b} started at {start:.3f}"
 
 

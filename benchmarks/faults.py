@@ -1,0 +1,409 @@
+"""The fault matrix (issue 5): inject each fault into a real `servetune run` (subprocess, real
+Ray, the stand-in server) and check that nothing is leaked and nothing is lost.
+
+    python -m benchmarks.faults [--repeats 3] [--quick] [--keep DIR]
+
+Prints one row per fault: runs, leaked processes (carrying the experiment's marker once
+servetune has returned), lost results (trials that finished before the fault but are
+missing from results.csv), the kind recorded for the faulty trial, and the time to clean
+up. The integration tests (tests/tuner/test_faults_integration.py) run the same scenarios
+and assert on the same outcomes.
+
+Scenarios:
+- trial faults: one experiment, one trial per fault, each its own server, told by
+  ``--fake-fault-if`` which fault to show for its NCCL_BUFFSIZE value: crash at startup,
+  hang before ready, death in the middle of a round, SIGTERM ignored, grandchildren in a
+  new session, and a slow config that ASHA stops while its server is up with rounds left.
+  Leaks are told apart by the trial part of the marker. Clean-up = the trial's teardown.
+- port already taken: another process listens on the server port before the run.
+- driver SIGINT (Ctrl-C to the whole foreground job) in the middle of trial 2, then
+  ``--resume``. Clean-up = from the signal until servetune has returned.
+- driver SIGKILL in the middle of trial 2 (its servers start setsid grandchildren that
+  survive the kill), then ``servetune run --resume`` reaps them by marker and completes.
+  Clean-up = from the start of the resume until every process left by the kill is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from benchmarks._common import machine, with_root_on_path
+from launchers.process import LOCALHOST, Marked, free_port
+from tests.tuner.servetune_runs import Experiment, Result, ray_tmpdir, stand_in
+
+
+@dataclass
+class Outcome:
+    """One fault, one run."""
+
+    fault: str
+    expected: str  # the FailureKind (or trial status; a|b: either) the faulty trial ends with
+    recorded: str = "-"
+    leaked: list[Marked] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    cleanup_s: float | None = None
+    problems: list[str] = field(default_factory=list)
+    log: str = ""
+    prefix: str = ""  # the experiment's marker prefix
+
+    @property
+    def ok(self) -> bool:
+        return (not self.leaked and not self.lost and self.recorded in self.expected.split("|")
+                and not self.problems)
+
+    def explain(self) -> str:
+        return (f"{self.fault}: recorded {self.recorded!r} (expected {self.expected!r}), "
+                f"leaked {self.leaked}, lost {self.lost}, problems {self.problems}\n{self.log}")
+
+
+Scenario = Callable[[Path, Path], list[Outcome]]
+TIMEOUT = 240.0
+
+
+def _lost(exp: Experiment, before: list[str]) -> list[str]:
+    """Of the trials that ended normally (``before``), those missing from results.csv or not
+    marked finished there."""
+    try:
+        table = exp.table()
+    except FileNotFoundError:
+        return list(before)
+    rows = {str(r["trial_id"]): r for _, r in table.iterrows()}
+    return [t for t in before
+            if t not in rows or rows[t]["status"] not in ("ok", "stopped") or rows[t]["rounds"] < 1]
+
+
+def _ended_ok(exp: Experiment) -> list[str]:
+    return exp.finished_ok()
+
+
+# ---------------------------------------------------------------- trial faults
+
+# NCCL_BUFFSIZE value -> (fault row, stand-in fault, expected kind or status)
+TRIAL_FAULTS: dict[int, tuple[str, str, str]] = {
+    524288: ("crash at startup", "crash-startup", "graph_capture"),
+    1048576: ("hang before ready", "hang-startup", "startup_timeout"),
+    2097152: ("dies mid-round", "die-mid-round", "crashed_mid_benchmark"),
+    4194304: ("ignores SIGTERM", "ignore-sigterm", "ok|stopped"),
+    8388608: ("setsid grandchildren", "setsid-grandchild", "ok|stopped"),
+    131072: ("ASHA stop mid-trial", "slow", "stopped"),
+}
+GOOD = 262144
+STOP_GRACE = 1.0
+READY_TIMEOUT = 5.0
+
+
+def trial_faults(root: Path, ray_tmp: Path) -> list[Outcome]:
+    space = root / "faults.yaml"
+    values = [GOOD, *TRIAL_FAULTS]
+    space.write_text("name: faults\nknobs:\n  NCCL_BUFFSIZE: [" + ", ".join(map(str, values))
+                     + "]\n")
+    rules = [a for value, (_, fault, _) in TRIAL_FAULTS.items()
+             for a in ("--fake-fault-if", f"{fault}:NCCL_BUFFSIZE={value}")]
+    exp = Experiment.create(root, ray_tmp, name="trials")
+    argv = exp.args("--space", str(space), "--search", "grid", "--samples", str(len(values) + 1),
+                    "--rounds", "2", "--no-dashboard",
+                    server=stand_in(*rules, "--fake-die-after", "3"),
+                    ready_timeout=READY_TIMEOUT)
+    try:
+        result = exp.run(["run", *argv], timeout=TIMEOUT)
+        leftovers = exp.leftovers()
+        outcomes = []
+        order = exp.trial_ids()
+        records = exp.records()
+        table = exp.table() if (exp.out / "results.csv").exists() else None
+        by_value = {r["config"].get("NCCL_BUFFSIZE"): t for t, r in records.items()}
+        fault_markers = {f"{exp.prefix}{by_value[v]}" for v in TRIAL_FAULTS if v in by_value}
+        # A leak of the run itself (Ray, the good trials) counts against every fault.
+        shared = [m for m in leftovers if m.marker not in fault_markers]
+        for value, (row, _, expected) in TRIAL_FAULTS.items():
+            out = Outcome(row, expected, log=str(result), prefix=exp.prefix)
+            outcomes.append(out)
+            if result.returncode != 0:
+                out.problems.append(f"servetune exited with {result.returncode}")
+            trial = by_value.get(value)
+            if trial is None or table is None:
+                out.problems.append("the faulty trial never ran")
+                continue
+            row_ = table[table["trial_id"] == trial].iloc[0]
+            kind = row_["failure_kind"]
+            out.recorded = str(kind) if isinstance(kind, str) else str(row_["status"])
+            out.leaked = [m for m in leftovers if m.marker == f"{exp.prefix}{trial}"] + shared
+            record = records[trial]
+            out.cleanup_s = record["timings"].get("teardown_s")
+            if out.cleanup_s is None:
+                out.problems.append("the trial did not finish its teardown")
+            ended_before = [t for t in _ended_ok(exp) if order.index(t) < order.index(trial)]
+            out.lost = _lost(exp, ended_before)
+            if row == "ignores SIGTERM" and (out.cleanup_s or 0) < STOP_GRACE:
+                out.problems.append(f"stopped in {out.cleanup_s} s: SIGTERM was not ignored?")
+            if row == "setsid grandchildren" and not any(
+                    "setsid" in w for w in record["warnings"]):
+                out.problems.append("no grandchild left the server's tree: fault not injected?")
+            if row == "ASHA stop mid-trial" and not 1 <= row_["rounds"] < 2:
+                out.problems.append(f"stopped after {row_['rounds']} rounds")
+        return outcomes
+    finally:
+        exp.cleanup()
+
+
+# ---------------------------------------------------------------- port already taken
+
+
+def port_taken(root: Path, ray_tmp: Path) -> list[Outcome]:
+    port = free_port()
+    exp = Experiment.create(root, ray_tmp, name="port")
+    out = Outcome("port already taken", "port_busy")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
+        blocker.bind((LOCALHOST, port))
+        blocker.listen()
+        argv = exp.args("--space", "nccl-pcie", "--samples", "2", "--rounds", "2",
+                        "--no-dashboard")
+        argv[argv.index("--port") + 1] = str(port)
+        try:
+            result = exp.run(["run", *argv], timeout=TIMEOUT)
+            out.log, out.prefix = str(result), exp.prefix
+            out.leaked = exp.leftovers()
+            table = exp.table()
+            kinds = set(table["failure_kind"].dropna())
+            out.recorded = ",".join(sorted(kinds)) or "-"
+            if result.returncode != 0 or len(table) != 2:
+                out.problems.append(f"exit {result.returncode}, {len(table)} trials")
+            times = [exp.record(t)["timings"].get("teardown_s") for t in exp.trial_ids()]
+            out.cleanup_s = max((t for t in times if t is not None), default=None)
+        finally:
+            exp.cleanup()
+    return [out]
+
+
+# ---------------------------------------------------------------- the driver interrupted
+
+
+def _second_trial_mid_round(exp: Experiment) -> bool:
+    """Trial 2 has reported its first round (so its server is up, mid-trial)."""
+    counts = exp.rounds_reported()
+    order = exp.trial_ids()
+    return len(order) >= 2 and counts.get(order[1], 0) >= 1
+
+
+def _interrupted_run(root: Path, ray_tmp: Path, name: str, server: str
+                     ) -> tuple[Experiment, list[str]]:
+    exp = Experiment.create(root, ray_tmp, name=name)
+    argv = exp.args("--space", "nccl-pcie", "--search", "grid", "--samples", "2", "--rounds", "2",
+                    "--scheduler", "fifo", "--no-dashboard", server=server)
+    return exp, argv
+
+
+def driver_sigint(root: Path, ray_tmp: Path) -> list[Outcome]:
+    exp, argv = _interrupted_run(root, ray_tmp, "sigint", stand_in())
+    out = Outcome("driver SIGINT, then --resume", "interrupted->ok")
+    try:
+        background = exp.start(["run", *argv])
+        background.wait_for(lambda: _second_trial_mid_round(exp), TIMEOUT, "trial 2's round 1")
+        before = _ended_ok(exp)
+        fired = time.monotonic()
+        background.signal_group(signal.SIGINT)
+        first = background.finish(timeout=TIMEOUT)
+        out.prefix = exp.prefix
+        out.cleanup_s = time.monotonic() - fired
+        out.leaked = exp.leftovers()
+        out.lost = _lost(exp, before)
+        if first.returncode != 130:
+            out.problems.append(f"interrupted run exited with {first.returncode}, not 130")
+        status = _status_of(exp, exp.trial_ids()[1])
+        resumed = exp.run(["run", "--resume", str(exp.out)], timeout=TIMEOUT)
+        out.log = f"{first}\n{resumed}"
+        out.leaked += exp.leftovers()
+        out.lost += _lost(exp, before)
+        _check_completed(exp, resumed, out, samples=2)
+        out.recorded = f"{status}->{_status_of(exp, exp.trial_ids()[1])}"
+        return [out]
+    finally:
+        exp.cleanup()
+
+
+def driver_sigkill(root: Path, ray_tmp: Path) -> list[Outcome]:
+    exp, argv = _interrupted_run(root, ray_tmp, "sigkill", stand_in("--fake-fault",
+                                                                    "setsid-grandchild"))
+    # results.csv is rewritten as trials end: a trial in flight at a SIGKILL is only in the
+    # journal (results.jsonl) until the resume finishes it.
+    out = Outcome("driver SIGKILL, then --resume", "in flight->ok|interrupted->ok")
+    try:
+        background = exp.start(["run", *argv])
+        background.wait_for(lambda: _second_trial_mid_round(exp), TIMEOUT, "trial 2's round 1")
+        before = _ended_ok(exp)
+        background.signal_driver(signal.SIGKILL)
+        killed = background.finish(timeout=30)
+        out.prefix = exp.prefix
+        left = exp.leftovers()
+        if not left:
+            out.problems.append("nothing outlived the driver: the resume had nothing to reap")
+        status = _status_of(exp, exp.trial_ids()[1])
+        with _watch_gone([m.pid for m in left]) as gone_after:
+            resumed = exp.run(["run", "--resume", str(exp.out)], timeout=TIMEOUT)
+        out.cleanup_s = gone_after()
+        out.log = f"{killed}\nleft by the kill: {left}\n{resumed}"
+        out.leaked = exp.leftovers()
+        out.lost = _lost(exp, before)
+        _check_completed(exp, resumed, out, samples=2)
+        out.recorded = f"{status}->{_status_of(exp, exp.trial_ids()[1])}"
+        return [out]
+    finally:
+        exp.cleanup()
+
+
+def _status_of(exp: Experiment, trial_id: str) -> str:
+    """The trial's status in results.csv ('in flight': only the journal has it)."""
+    try:
+        table = exp.table()
+    except FileNotFoundError:
+        table = None
+    rows = table[table["trial_id"] == trial_id] if table is not None else []
+    if len(rows):
+        return str(rows.iloc[0]["status"])
+    return "in flight" if trial_id in exp.trial_ids() else "missing"
+
+
+def _check_completed(exp: Experiment, resumed: Result, out: Outcome, samples: int) -> None:
+    if resumed.returncode != 0:
+        out.problems.append(f"--resume exited with {resumed.returncode}")
+        return
+    table = exp.table()
+    if len(table) != samples or set(table["status"]) != {"ok"}:
+        out.problems.append(f"after --resume: {len(table)} trials, statuses "
+                            f"{sorted(set(table['status']))}")
+
+
+@contextlib.contextmanager
+def _watch_gone(pids: list[int]) -> Iterator[Callable[[], float | None]]:
+    """Seconds from entering until every one of ``pids`` is gone (None: some never went)."""
+    began = time.monotonic()
+    gone_at: list[float] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            if not any(psutil.pid_exists(p) and _alive(p) for p in pids):
+                gone_at.append(time.monotonic() - began)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield lambda: gone_at[0] if gone_at else None
+    finally:
+        stop.set()
+        thread.join(2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# ---------------------------------------------------------------- the matrix
+
+SCENARIOS: dict[str, Scenario] = {
+    "trial faults": trial_faults,
+    "port already taken": port_taken,
+    "driver SIGINT": driver_sigint,
+    "driver SIGKILL": driver_sigkill,
+}
+QUICK = ("port already taken",)
+# (fault row, the scenario that shows it), for the integration tests.
+ROWS: tuple[tuple[str, str], ...] = (
+    *((row, "trial faults") for row, _, _ in TRIAL_FAULTS.values()),
+    ("port already taken", "port already taken"),
+    ("driver SIGINT, then --resume", "driver SIGINT"),
+    ("driver SIGKILL, then --resume", "driver SIGKILL"),
+)
+
+
+def run_scenario(name: str, keep: Path | None = None) -> list[Outcome]:
+    """One repeat of one scenario, in a fresh folder and Ray temp dir."""
+    root = Path(tempfile.mkdtemp(prefix="faults-", dir=keep))
+    try:
+        with ray_tmpdir() as ray_tmp:
+            return SCENARIOS[name](root, ray_tmp)
+    finally:
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def table(outcomes: list[Outcome]) -> list[str]:
+    rows: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        rows.setdefault(o.fault, []).append(o)
+    head = (f"{'fault':<32} {'runs':>4} {'leaked':>6} {'lost':>4}  {'kind recorded':<28} "
+            f"{'clean-up s (median [min, max])':<30} ok")
+    lines = [head, "-" * len(head)]
+    for fault, runs in rows.items():
+        kinds: dict[str, int] = {}
+        for o in runs:
+            kinds[o.recorded] = kinds.get(o.recorded, 0) + 1
+        kind = ", ".join(f"{k} {n}/{len(runs)}" for k, n in kinds.items())
+        times = [o.cleanup_s for o in runs if o.cleanup_s is not None]
+        spread = (f"{statistics.median(times):.2f} [{min(times):.2f}, {max(times):.2f}]"
+                  if times else "-")
+        verdict = "yes" if all(o.ok for o in runs) else "NO"
+        lines.append(f"{fault:<32} {len(runs):>4} {sum(len(o.leaked) for o in runs):>6} "
+                     f"{sum(len(o.lost) for o in runs):>4}  {kind:<28} {spread:<30} {verdict}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="one repeat of the cheapest scenario only (a smoke test)")
+    parser.add_argument("--keep", type=Path, help="keep each run's folder under DIR")
+    args = parser.parse_args(argv)
+    with_root_on_path()
+    names = QUICK if args.quick else tuple(SCENARIOS)
+    repeats = 1 if args.quick else args.repeats
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    print(machine())
+    print(f"fault matrix: {repeats} repeat(s) of {', '.join(names)}", flush=True)
+    outcomes: list[Outcome] = []
+    began = time.monotonic()
+    for repeat in range(repeats):
+        for name in names:
+            t0 = time.monotonic()
+            got = run_scenario(name, args.keep)
+            outcomes += got
+            bad = [o for o in got if not o.ok]
+            print(f"  repeat {repeat + 1}: {name}: {time.monotonic() - t0:.1f} s"
+                  f"{'' if not bad else ', FAILED: ' + '; '.join(o.fault for o in bad)}",
+                  flush=True)
+            for o in bad:
+                print(o.explain()[-4000:], file=sys.stderr)
+    print()
+    for line in table(outcomes):
+        print(line)
+    rows = {o.fault for o in outcomes}
+    wrong = sum(o.recorded not in o.expected.split("|") or bool(o.problems) for o in outcomes)
+    print(f"fault matrix: {len(rows)} faults x {repeats} runs in {time.monotonic() - began:.0f} s: "
+          f"{sum(len(o.leaked) for o in outcomes)} leaked, {sum(len(o.lost) for o in outcomes)} "
+          f"lost, {wrong} wrong")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
