@@ -74,8 +74,8 @@ def test_search_efficiency() -> None:
     lines = run_script("search_efficiency", "--seeds", "1", "--budget", "20", "--spaces",
                        "bench+tree", "--strategies", "random", "optuna", "staged", "staged+fa")
     assert re.fullmatch(rf"trials to within 2% of the optimum \(median\): bench\+tree: "
-                        rf"staged\+failure-aware {NUMBER} vs random {NUMBER} trials "
-                        rf"\({NUMBER}x\)", lines[-1]), lines[-1]
+                        rf"staged\+failure-aware >?{NUMBER} vs random >?{NUMBER} "
+                        rf"trials \(<?{NUMBER}x\)", lines[-1]), lines[-1]
     crash = next((line for line in lines if line.startswith("most launches")), "")
     launches = re.search(r"staged\+fa (\d+)", crash)
     assert launches is None or int(launches.group(1)) <= 2, crash  # failure-aware: twice at most
