@@ -28,8 +28,8 @@ def run_case(model: str, layers: int, ranks: int, graph: bool, rounds: int, iter
     argv = [sys.executable, "-m", "launchers.proxy.worker", "--spawn", str(ranks),
             "--model", model, "--rounds", str(rounds), "--iters", str(iters),
             "--graph" if graph else "--no-graph", *extra]
-    if layers:
-        argv += ["--layers", str(layers)]
+    # 0: all layers when they fit, else as many as fit (the launcher's default)
+    argv += ["--layers", str(layers)] if layers else ["--fit-layers"]
     began = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900,
                           cwd=Path(__file__).resolve().parent.parent)
@@ -43,7 +43,7 @@ def run_case(model: str, layers: int, ranks: int, graph: bool, rounds: int, iter
                 continue
     ready = next((e for e in events if e.get("event") == "ready"), {})
     rounds_seen = [e for e in events if e.get("event") == "round"]
-    row: dict[str, Any] = {"model": model, "layers": layers or "all", "ranks": ranks,
+    row: dict[str, Any] = {"model": model, "layers": layers or "fit", "ranks": ranks,
                            "graph": graph, "rc": proc.returncode, "wall_s": round(wall, 1)}
     if proc.returncode != 0 or not rounds_seen:
         row["error"] = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
@@ -58,7 +58,8 @@ def run_case(model: str, layers: int, ranks: int, graph: bool, rounds: int, iter
         "hbm_floor_ms": last[-1]["hbm_floor_ms"],
         "bytes_per_pass": last[-1]["bytes_per_pass"],
         "scaled": last[-1]["scaled"],
-        "setup_s": ready.get("setup_s"),
+        "setup_s": ready.get("setup_s"), "layers_run": ready.get("layers_run"),
+        "layers_source": ready.get("layers_source"),
         "nccl": ready.get("nccl"), "device_name": ready.get("device_name"),
     })
     return row
@@ -66,7 +67,8 @@ def run_case(model: str, layers: int, ranks: int, graph: bool, rounds: int, iter
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", action="append", help="MODEL:LAYERS (0 = all layers)")
+    parser.add_argument("--case", action="append",
+                        help="MODEL:LAYERS (0 = all layers, or as many as fit)")
     parser.add_argument("--ranks", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--iters", type=int, default=50)
