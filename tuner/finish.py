@@ -18,10 +18,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Kept for callers of the old names; the code lives in tuner/exports.py.
-MEASUREMENT_ENV = exports.MEASUREMENT_ENV
-production_plan = exports.production_plan
-
 
 def write_table(setup: Setup, running: bool = False) -> pd.DataFrame:
     df = results.build_table(setup.spec.out_dir, setup.objective, setup.space.baseline(), running)

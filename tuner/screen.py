@@ -80,6 +80,8 @@ def rank_correlation(screen_dir: Path, screen_table: pd.DataFrame, server_dir: P
     """Proxy score vs server score for the settings both measured."""
     def keyed(out_dir: Path, table: pd.DataFrame) -> dict[str, float]:
         configs = _raw_configs(out_dir)
+        if "phase" in table:  # search trials only: not the confirm repeats or the reference
+            table = table[table["phase"].fillna("search") == "search"]
         rows = table[(table["status"] == "ok") & table["score"].notna()]
         return {json.dumps(env_part(configs[t]), sort_keys=True, default=str): float(s)
                 for t, s in zip(rows["trial_id"], rows["score"], strict=True)}

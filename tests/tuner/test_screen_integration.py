@@ -32,7 +32,8 @@ def test_screen_promotes_the_proxys_top_settings_to_the_server(tmp_path: Path) -
                          (exp.out / "screen" / "results.jsonl").read_text().splitlines()]
         proxy_configs = {e["trial_id"]: env_part(e["config"]) for e in proxy_journal
                          if e["event"] == "start"}
-        server_configs = [env_part(e["config"]) for e in exp.journal() if e["event"] == "start"]
+        server_configs = [env_part(e["config"]) for e in exp.journal() if e["event"] == "start"
+                          and e.get("phase", "search") == "search"]  # not the confirm stage
         for tid in best_two:
             assert proxy_configs[tid] in server_configs
         assert len(server_configs) == 1 + len(best_two)  # the baseline first
