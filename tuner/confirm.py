@@ -381,9 +381,12 @@ def _unconfirmed(df: pd.DataFrame, cands: Sequence[Candidate], repeats: int) -> 
             return {"kind": "default", "label": "baseline",
                     "text": f"only the baseline completed the search ({why})"}
         return {"kind": "none", "label": None, "text": "no trial completed every round"}
+    base = cands[0].search_score
+    score = "" if best.search_score is None else f" at {best.search_score:.4g}" + (
+        f" against {base:.4g} for the baseline" if base else "")
     return {"kind": "unconfirmed", "label": best.label, "text":
-            f"{best.label} ({best.source_trial}) is the search's best, not checked against "
-            f"noise ({why})"}
+            f"{best.label} ({best.source_trial}) is the search's best{score}, not checked "
+            f"against noise ({why})"}
 
 
 def _with_config(decision: dict[str, Any], cands: Sequence[Candidate]) -> dict[str, Any]:

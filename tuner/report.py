@@ -84,7 +84,7 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
         [k, ", ".join("default" if v is None else str(v) for v in values)]
         for k, values in setup.space.domains.items()]
     space += [[k, f"pinned to {v}"] for k, v in setup.space.pins.items()]
-    how = [["", ""],
+    how = [["what", "how"],
            ["space", f"{setup.space.name}: {' '.join(setup.space.description.split())}"],
            ["search", spec.search + (f" (stages searched by {spec.stage_search})"
                                      if spec.search == "staged" else "")
