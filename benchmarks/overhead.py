@@ -65,7 +65,9 @@ def _starts(journal: Path) -> dict[str, float]:
     starts: dict[str, float] = {}
     for line in journal.read_text().splitlines():
         event = json.loads(line)
-        if event.get("event") == "start":
+        # search trials only: the confirm phase (repeats, the speculative-off reference)
+        # runs as a Tuner of its own after the search
+        if event.get("event") == "start" and event.get("phase") is None:
             starts.setdefault(event["trial_id"], float(event["time"]))
     return starts
 
