@@ -18,8 +18,9 @@ earlier measurement does not). Reported per strategy, median over seeds:
   truly within 2%.
 A run that never gets there within ``--budget`` trials counts as the budget, shown ">N".
 Also per strategy: launches of the crashing value in each run, how many runs ended before
-the budget (the search finished, e.g. staged after its last stage, or the filter gave up
-after 200 rejected suggestions in a row), and the values the failure memory ruled out (union
+the budget (the search finished, e.g. staged after its last stage or random with every
+allowed point seen), how many of those ended because the filter gave up (200 rejected or
+already-measured suggestions in a row), and the values the failure memory ruled out (union
 over seeds). Staged search gets ``samples = budget`` and splits it evenly over its stages.
 
 Spaces: ``bench`` (243 points in verify-campaign's four stages, defined here),
@@ -115,6 +116,18 @@ class Run:
     launched: int
     crashing_launches: int
     ruled_out: list[str]
+    gave_up: bool  # the filter ended the search: 200 rejected suggestions in a row
+
+
+class _GaveUp(logging.Handler):
+    """Counts the filter's "no new configuration after N attempts" (the search ends there)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("no new configuration")
 
 
 def run_search(space: Any, strategy: str, seed: int, budget: int, rounds: int, noise: float,
@@ -130,6 +143,8 @@ def run_search(space: Any, strategy: str, seed: int, budget: int, rounds: int, n
                          max_concurrent=1, out_dir=out_dir)
     alg = stack.search_alg
     alg.set_search_properties(METRIC, "max", {})
+    gave_up = _GaveUp()
+    logging.getLogger("tuner.searchers").addHandler(gave_up)
     first = picked = None
     best_measured: tuple[float, float] | None = None  # (measured mean, truth)
     crashing = 0
@@ -163,9 +178,10 @@ def run_search(space: Any, strategy: str, seed: int, budget: int, rounds: int, n
             first = launched
         if picked is None and best_measured[1] >= 0.98 * optimum:
             picked = launched
+    logging.getLogger("tuner.searchers").removeHandler(gave_up)
     memory = stack.filtering.memory
     ruled = [f"{e['knob']}={e['value']}" for e in memory.evidence()] if memory else []
-    return Run(first, picked, launched, crashing, ruled)
+    return Run(first, picked, launched, crashing, ruled, gave_up.count > 0)
 
 
 def _median(values: Sequence[int | None], budget: int) -> tuple[float, str]:
@@ -191,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.fakes.cost_model import optimum as find_optimum
 
     # "no new configuration after N attempts": counted below as a search that ended early
-    logging.getLogger("tuner.searchers").setLevel(logging.ERROR)
+    logging.getLogger("tuner.searchers").propagate = False
 
     print(machine())
     print(f"{args.seeds} seeds, at most {args.budget} trials per run, {args.rounds} rounds "
@@ -209,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{len(space.stages)} stages; optimum {best:.1f} tok/s (model), "
                   f"{within} valid configs within 2%")
             print(f"  {'strategy':<10} {'first':>6} {'picked':>7}  {'per seed (first/picked)':<36}"
-                  f" {'Tree launches':<16} ended  ruled out")
+                  f" {'Tree launches':<16} ended gave-up  ruled out")
             headline[space_name] = {}
             for strategy in args.strategies:
                 runs = [run_search(space, strategy, seed, args.budget, args.rounds,
@@ -220,9 +236,10 @@ def main(argv: list[str] | None = None) -> int:
                 seeds = " ".join(f"{_show(r.first)}/{_show(r.picked)}" for r in runs)
                 crashes = ",".join(str(r.crashing_launches) for r in runs)
                 ended = sum(r.launched < args.budget for r in runs)
+                gave_up = sum(r.gave_up for r in runs)
                 ruled = sorted({x for r in runs for x in r.ruled_out})
                 print(f"  {strategy:<10} {first_text:>6} {picked_text:>7}  {seeds:<36} "
-                      f"{crashes:<16} {ended:>5}  {', '.join(ruled) or '-'}")
+                      f"{crashes:<16} {ended:>5} {gave_up:>7}  {', '.join(ruled) or '-'}")
                 if any(r.crashing_launches for r in runs):
                     worst[strategy] = max(worst.get(strategy, 0),
                                           max(r.crashing_launches for r in runs))
