@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from ray.tune.search import Searcher
 
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
 from tuner import results
+from tuner.searchers import FixedPoints
 from tuner.stats import CONFIDENCE, Interval, clears, interval
 
 if TYPE_CHECKING:
@@ -95,48 +94,6 @@ def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
 
 
 # ---------------------------------------------------------------- a searcher of fixed points
-
-
-class FixedPoints(Searcher):
-    """Suggests the given configurations in order, then FINISHED; remembers which trial ran
-    which point (for labels and for grouping the repeats)."""
-
-    def __init__(self, points: Sequence[Mapping[str, Value]], labels: Sequence[str],
-                 metric: str | None = None, mode: str | None = None) -> None:
-        super().__init__(metric=metric, mode=mode)
-        self.points = [dict(p) for p in points]
-        self.labels = list(labels)
-        self.assigned: dict[str, int] = {}  # trial id -> point index
-
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        index = len(self.assigned)
-        if index >= len(self.points):
-            return Searcher.FINISHED  # type: ignore[return-value]
-        self.assigned[trial_id] = index
-        return dict(self.points[index])
-
-    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
-                          error: bool = False) -> None:
-        pass
-
-    def label_of(self, trial_id: str) -> str | None:
-        index = self.assigned.get(trial_id)
-        return None if index is None else self.labels[index]
-
-    def get_state(self) -> dict[str, Any]:
-        return {"points": self.points, "labels": self.labels, "assigned": self.assigned}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.points, self.labels = state["points"], state["labels"]
-        self.assigned = state["assigned"]
-
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.get_state(), f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            self.set_state(pickle.load(f))
 
 
 def _trial_dirname(trial: Any) -> str:
@@ -361,8 +318,8 @@ def run_stage(setup: Setup, make_trainable: Callable[[Any], type], *, echo: Prin
                                             spec.confirm)
     elif spec.confirm > 0:
         data["note"] = "no configuration besides the baseline completed the search: nothing to confirm"
-    data["decision"] = _with_config(data.get("decision") or _unconfirmed(df, cands, spec.confirm),
-                                    cands)
+    data["decision"] = _with_config(
+        data.get("decision") or _unconfirmed(df, cands, spec.confirm, objective.mode), cands)
     if data["interrupted"]:
         write(out, data)
         return data
@@ -371,7 +328,8 @@ def run_stage(setup: Setup, make_trainable: Callable[[Any], type], *, echo: Prin
     return data
 
 
-def _unconfirmed(df: pd.DataFrame, cands: Sequence[Candidate], repeats: int) -> dict[str, Any]:
+def _unconfirmed(df: pd.DataFrame, cands: Sequence[Candidate], repeats: int, mode: str
+                 ) -> dict[str, Any]:
     best = next((c for c in cands[1:]), None)
     search = search_rows(df)
     base_ok = len(search) and bool(((search["baseline"]) & (search["status"] == "ok")).any())
@@ -382,6 +340,12 @@ def _unconfirmed(df: pd.DataFrame, cands: Sequence[Candidate], repeats: int) -> 
                     "text": f"only the baseline completed the search ({why})"}
         return {"kind": "none", "label": None, "text": "no trial completed every round"}
     base = cands[0].search_score
+    if base is not None and best.search_score is not None and base_ok and not (
+            best.search_score > base if mode == "max" else best.search_score < base):
+        return {"kind": "default", "label": "baseline",
+                "text": f"no configuration beat the baseline in the search ({best.label} "
+                        f"{best.search_score:.4g} against {base:.4g}; {why}): keep the default "
+                        "settings"}
     score = "" if best.search_score is None else f" at {best.search_score:.4g}" + (
         f" against {base:.4g} for the baseline" if base else "")
     return {"kind": "unconfirmed", "label": best.label, "text":

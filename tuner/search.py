@@ -19,7 +19,7 @@ from tuner.results import Objective
 from tuner.searchers import (
     FailureMemory,
     FilteringSearcher,
-    PointsSearcher,
+    FixedPoints,
     SpaceSearcher,
     StagedSearcher,
 )
@@ -84,12 +84,16 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     notes: list[str] = []
     staged = None
     if points:
-        fixed = PointsSearcher(space, points, objective.metric, objective.mode)
+        baseline = space.baseline()
+        given = [space.complete(p) for p in points]
+        queue = [baseline, *(p for p in given if p != baseline)]
+        fixed = FixedPoints(queue, ["baseline", *(f"point {i}" for i in range(1, len(queue)))],
+                            objective.metric, objective.mode)
         filtering = FilteringSearcher(fixed, space, pass_invalid=True,
                                       on_reject=_RejectLog(out_dir / REJECTED))
-        notes.append(f"evaluating {len(fixed.queue)} given configurations (baseline first)")
+        notes.append(f"evaluating {len(queue)} given configurations (baseline first)")
         return SearchStack(ConcurrencyLimiter(filtering, max_concurrent=max_concurrent),
-                           filtering, None, len(fixed.queue), notes)
+                           filtering, None, len(queue), notes)
     if search == "staged":
         staged = StagedSearcher(space, samples, objective.rounds,
                                 _StageInner(stage_search, objective), seed,

@@ -17,7 +17,7 @@ import logging
 import pickle
 import random
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -387,31 +387,43 @@ class StagedSearcher(_Pickled):
             self.inner.on_trial_complete(trial_id, result=result, error=error)
 
 
-class PointsSearcher(_Pickled):
-    """The baseline, then exactly the given configurations, in order (no search)."""
+class FixedPoints(Searcher):
+    """Suggests the given configurations in order, then FINISHED; remembers which trial ran
+    which point (for labels and for grouping the repeats)."""
 
-    def __init__(self, space: SearchSpace, points: list[Config],
+    def __init__(self, points: Sequence[Mapping[str, Value]], labels: Sequence[str],
                  metric: str | None = None, mode: str | None = None) -> None:
         super().__init__(metric=metric, mode=mode)
-        baseline = space.baseline()
-        rest = [space.complete(p) for p in points]
-        self.queue = [baseline, *(p for p in rest if config_key(p) != config_key(baseline))]
-        self.index = 0
+        self.points = [dict(p) for p in points]
+        self.labels = list(labels)
+        self.assigned: dict[str, int] = {}  # trial id -> point index
 
-    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
-                              **spec: Any) -> bool:
-        if metric:
-            self._metric = metric
-        if mode:
-            self._mode = mode
-        return True
-
-    def suggest(self, trial_id: str) -> Config | None:
-        if self.index >= len(self.queue):
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        index = len(self.assigned)
+        if index >= len(self.points):
             return Searcher.FINISHED  # type: ignore[return-value]
-        self.index += 1
-        return dict(self.queue[self.index - 1])
+        self.assigned[trial_id] = index
+        return dict(self.points[index])
 
-    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
-        return None
+        pass
+
+    def label_of(self, trial_id: str) -> str | None:
+        index = self.assigned.get(trial_id)
+        return None if index is None else self.labels[index]
+
+    def get_state(self) -> dict[str, Any]:
+        return {"points": self.points, "labels": self.labels, "assigned": self.assigned}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.points, self.labels = state["points"], state["labels"]
+        self.assigned = state["assigned"]
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.get_state(), f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.set_state(pickle.load(f))

@@ -14,7 +14,6 @@ from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
 from tuner.confirm import (
     Candidate,
-    FixedPoints,
     candidates,
     decide_confirmed,
     interleaved,
@@ -23,6 +22,7 @@ from tuner.confirm import (
     speculative_verdict,
     without_speculative_knobs,
 )
+from tuner.searchers import FixedPoints
 from tuner.stats import Interval, clears, interval, t975
 
 # ---------------------------------------------------------------- Student's t
@@ -204,3 +204,14 @@ def test_the_reference_config_keeps_communication_and_drops_speculative_knobs() 
     assert without_speculative_knobs(config) == {
         "NCCL_ALGO": "allreduce:tree", "--speculative-num-steps": None,
         "--speculative-num-draft-tokens": None}
+
+
+def test_unconfirmed_top_that_lost_to_the_baseline_keeps_the_default() -> None:
+    from tuner.confirm import _unconfirmed
+
+    df = pd.DataFrame({"trial_id": ["b", "t"], "baseline": [True, False], "status": ["ok", "ok"],
+                       "phase": ["search", "search"], "score": [100.0, 87.4]})
+    cands = [Candidate("baseline", {}, "b", 100.0), Candidate("top 1", {"X": 1}, "t", 87.4)]
+    decision = _unconfirmed(df, cands, 0, "max")
+    assert decision["kind"] == "default"
+    assert _unconfirmed(df, cands, 0, "min")["kind"] == "unconfirmed"
