@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -207,6 +208,9 @@ def spec_from_args(args: argparse.Namespace) -> ExperimentSpec:
     if any(c in str(out) for c in "\n\r"):
         raise CliError(f"--out {str(out)!r}: a folder name with a line break")
     name = args.name or out.name
+    if args.name is None and not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise CliError(f"--out {str(out)!r}: the folder name is not an experiment name "
+                       "(letters, digits, '.', '_', '-'): pass --name")
     data: dict[str, Any] = {
         "name": name, "out_dir": out, "space": args.space, "pins": parse_pins(args.pin),
         "workload": _workload(args), "search": args.search, "stage_search": args.stage_search,
