@@ -156,6 +156,12 @@ def test_unknown_flag_is_one_line(tmp_path: Path) -> None:
     assert_bad_input(servetune(tmp_path, "run", "--no-such-flag"), "--no-such-flag")
 
 
+def test_out_folder_name_is_not_an_experiment_name(tmp_path: Path) -> None:
+    args = run_args(tmp_path)
+    args[args.index("--out") + 1] = str(tmp_path / "out dir $(x)")
+    assert_bad_input(servetune(tmp_path, *args), "--out", "--name")
+
+
 def test_out_with_a_line_break(tmp_path: Path) -> None:
     args = run_args(tmp_path)
     args[args.index("--out") + 1] = str(tmp_path / "a\nb")

@@ -93,7 +93,9 @@ def spine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spine]:
     space = root / "spine.yaml"
     space.write_text(SPACE)
     with ray_tmpdir() as ray_tmp:
-        exp = Experiment.create(root, ray_tmp, model=model)
+        # The experiment folder too (its name is not an experiment name: --name gives one).
+        exp = Experiment.create(root, ray_tmp, name="out dir 'q' \"dq\" $x ;y", model=model,
+                                base_args=["--name", "spine"])
         argv = ["run", *exp.args("--space", str(space), "--search", "grid", "--samples", "5",
                                  "--rounds", str(ROUNDS),
                                  "--server-arg", shlex.join(["--served-model-name", served]),
