@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -23,7 +24,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from search_spaces.knobs import Value
+from search_spaces.knobs import CATALOGUE, Value
 from search_spaces.space import SearchSpace, Stage
 
 log = logging.getLogger(__name__)
@@ -110,9 +111,15 @@ class SpaceSearcher(_Pickled):
 
 
 class FailureMemory:
-    """Failures per (knob, value) and kind. A value is ruled out once ``threshold`` trials
-    with it failed the same way and no trial with it succeeded. Unset and pinned values
-    are never ruled out (every trial shares them)."""
+    """Failures per (knob, value) and kind, and which values to stop launching.
+
+    A value is a suspect once ``threshold`` trials with it failed the same way and no trial
+    with it succeeded (unset and pinned values never are: every trial shares them). Two
+    failing configs share bystander values by chance, so suspects explain each other away:
+    the strongest suspect (most failures, then a value the catalogue flags as risky, e.g. a
+    global NCCL_ALGO=Tree) is ruled out, and a weaker suspect whose failures it already
+    explains is not. If the wrong one was picked, the real culprit fails a third time, becomes
+    the strongest, and the bystander is cleared."""
 
     def __init__(self, never: Mapping[str, Value], threshold: int = 2) -> None:
         self.never = dict(never)
@@ -138,28 +145,39 @@ class FailureMemory:
             elif trial_id not in self.failures[key][kind]:
                 self.failures[key][kind].append(trial_id)
 
+    @staticmethod
+    def _flagged(key: tuple[str, str]) -> bool:
+        knob = CATALOGUE.get(key[0])
+        return knob is not None and knob.warning(json.loads(key[1])) is not None
+
+    def _ruled(self) -> dict[tuple[str, str], dict[str, list[str]]]:
+        """(knob, value) -> {kind: failing trials} for every value ruled out now."""
+        suspects = [(key, kind, trials) for key, kinds in self.failures.items()
+                    if key not in self.successes
+                    for kind, trials in kinds.items() if len(trials) >= self.threshold]
+        suspects.sort(key=lambda s: (-len(s[2]), not self._flagged(s[0]), s[0]))
+        explained: dict[str, set[str]] = defaultdict(set)
+        ruled: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(dict)
+        for key, kind, trials in suspects:
+            if set(trials) <= explained[kind]:
+                continue  # a stronger suspect already explains these failures
+            explained[kind].update(trials)
+            ruled[key][kind] = list(trials)
+        return ruled
+
     def ruled_out(self, config: Mapping[str, Value]) -> list[str]:
+        ruled = self._ruled()
         reasons = []
         for name, value in config.items():
-            key = self._key(name, value)
-            if key in self.successes or key not in self.failures:
-                continue
-            for kind, trials in self.failures[key].items():
-                if len(trials) >= self.threshold:
-                    reasons.append(f"{name}={value}: {kind} in trials {', '.join(trials)}")
+            for kind, trials in ruled.get(self._key(name, value), {}).items():
+                reasons.append(f"{name}={value}: {kind} in trials {', '.join(trials)}")
         return reasons
 
     def evidence(self) -> list[dict[str, Any]]:
         """Every value currently ruled out, with the failing trials."""
-        out = []
-        for (name, value), kinds in self.failures.items():
-            if (name, value) in self.successes:
-                continue
-            for kind, trials in kinds.items():
-                if len(trials) >= self.threshold:
-                    out.append({"knob": name, "value": json.loads(value), "kind": kind,
-                                "trials": list(trials)})
-        return out
+        return [{"knob": name, "value": json.loads(value), "kind": kind, "trials": trials}
+                for (name, value), kinds in self._ruled().items()
+                for kind, trials in kinds.items()]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -179,7 +197,7 @@ class FilteringSearcher(_Pickled):
 
     def __init__(self, searcher: Searcher, space: SearchSpace, *,
                  memory: FailureMemory | None = None, pass_invalid: bool = False,
-                 max_attempts: int = 200,
+                 max_attempts: int = 50,
                  on_reject: Callable[[dict[str, Any]], None] | None = None) -> None:
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
@@ -192,6 +210,9 @@ class FilteringSearcher(_Pickled):
         self.scores: dict[str, float] = {}  # config key -> measured metric
         self.config_of: dict[str, Config] = {}
         self.rejected: list[dict[str, Any]] = []
+        self.launched: set[str] = set()
+        self.fallback_trials: set[str] = set()
+        self.rng = random.Random(0)
 
     _transient = ("on_reject",)
 
@@ -226,20 +247,37 @@ class FilteringSearcher(_Pickled):
             key = config_key(config)
             reasons = [] if self.pass_invalid else self.space.validate(config)
             ruled = self.memory.ruled_out(config) if self.memory else []
-            if not reasons and not ruled and key in self.scores and self.metric:
-                # Already measured: answer from the measurement instead of relaunching.
-                self.searcher.on_trial_complete(inner_id, result={self.metric: self.scores[key]})
-                continue
+            if not reasons and not ruled and key in self.launched:
+                if key in self.scores and self.metric:
+                    # Already measured: answer from the measurement instead of relaunching.
+                    self.searcher.on_trial_complete(inner_id,
+                                                    result={self.metric: self.scores[key]})
+                continue  # (still running: left open rather than told a made-up result)
             if reasons or ruled:
                 self._reject(config, reasons, ruled)
                 self.searcher.on_trial_complete(inner_id, error=True)
                 continue
             self.inner_id[trial_id] = inner_id
-            self.config_of[trial_id] = config
-            return config
+            return self._launch(trial_id, config)
+        # The inner searcher keeps proposing what cannot run (Optuna's TPE ignores failed
+        # trials): a random valid point keeps the search going, and is told to it afterwards.
+        for _ in range(2000):
+            config = self.space.sample(self.rng)
+            if config_key(config) in self.launched or self.space.validate(config) or (
+                    self.memory and self.memory.ruled_out(config)):
+                continue
+            log.info("%s: random fallback after %d rejected suggestions", trial_id,
+                     self.max_attempts)
+            self.fallback_trials.add(trial_id)
+            return self._launch(trial_id, config)
         log.warning("no new configuration after %d attempts: the search ends here",
                     self.max_attempts)
         return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _launch(self, trial_id: str, config: Config) -> Config:
+        self.config_of[trial_id] = config
+        self.launched.add(config_key(config))
+        return config
 
     def _reject(self, config: Config, reasons: list[str], ruled: list[str]) -> None:
         entry = {"config": config, "invalid": reasons, "ruled_out": ruled}
@@ -253,13 +291,20 @@ class FilteringSearcher(_Pickled):
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
-        inner = self.inner_id.pop(trial_id, None)
-        if inner is None:
-            return
         config = self.config_of.get(trial_id)
+        value = None
         if config is not None and not error and result and self.metric in result:
-            self.scores[config_key(config)] = float(result[self.metric])
-        self.searcher.on_trial_complete(inner, result=result, error=error)
+            value = float(result[self.metric])
+            self.scores[config_key(config)] = value
+        inner = self.inner_id.pop(trial_id, None)
+        if inner is not None:
+            self.searcher.on_trial_complete(inner, result=result, error=error)
+        elif trial_id in self.fallback_trials and config is not None:
+            self.fallback_trials.discard(trial_id)
+            params = {n: config[n] for n in self.space.domains}
+            with contextlib.suppress(NotImplementedError):
+                self.searcher.add_evaluated_point(params, value if value is not None else 0.0,
+                                                  error=value is None)
 
     def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None) -> None:
         """Called by the results recorder with each finished trial's failure kind."""

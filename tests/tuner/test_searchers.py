@@ -147,3 +147,48 @@ def test_build_search_wraps_everything_once(tmp_path: Path) -> None:
                          max_concurrent=1, out_dir=tmp_path)
     assert stack.num_samples == space.size
     assert stack.filtering.pass_invalid
+
+
+def test_a_bystander_shared_by_two_crashes_is_explained_away_by_the_flagged_culprit() -> None:
+    base = _small().baseline()
+    memory = FailureMemory(base)
+    crash = {**base, "NCCL_ALGO": "Tree", "NCCL_MAX_NCHANNELS": 16}
+    memory.record(crash, "a", "graph_capture")
+    memory.record({**crash, "NCCL_MIN_NCHANNELS": 2}, "b", "graph_capture")
+    # Both crashes share MAX=16 too, but the global Tree (flagged by the catalogue) explains them.
+    assert memory.ruled_out({**base, "NCCL_MAX_NCHANNELS": 16}) == []
+    assert memory.ruled_out({**base, "NCCL_ALGO": "Tree"})
+    assert [(e["knob"], e["value"]) for e in memory.evidence()] == [("NCCL_ALGO", "Tree")]
+
+
+def test_an_unflagged_confound_resolves_when_the_culprit_fails_a_third_time() -> None:
+    base = _small().baseline()
+    memory = FailureMemory(base)
+    both = {**base, "NCCL_MIN_NCHANNELS": 8, "NCCL_MAX_NCHANNELS": 16}
+    memory.record(both, "a", "cuda_oom")
+    memory.record(both, "b", "cuda_oom")
+    first = memory.evidence()
+    assert len(first) == 1  # one of the two is held back, the other stays launchable
+    culprit = {**base, "NCCL_MAX_NCHANNELS": 16} if first[0]["knob"] == "NCCL_MIN_NCHANNELS" \
+        else {**base, "NCCL_MIN_NCHANNELS": 8}
+    memory.record(culprit, "c", "cuda_oom")
+    assert [e["trials"] for e in memory.evidence()] == [["a", "b", "c"]]
+
+
+def test_optuna_stuck_on_a_crashing_value_falls_back_to_random_points() -> None:
+    space = _small()
+    inner = optuna_searcher(space, Objective("tok_s", "max", 1), seed=0)
+    memory = FailureMemory(space.baseline())
+    searcher = FilteringSearcher(inner, space, memory=memory, max_attempts=5)
+    searcher.set_search_properties("tok_s", "max", {})
+    launched = 0
+    for i in range(12):
+        point = searcher.suggest(f"t{i}")
+        if not isinstance(point, dict):
+            break
+        launched += 1
+        crashed = point["NCCL_ALGO"] == "Tree"
+        searcher.record_outcome(f"t{i}", point, "graph_capture" if crashed else None)
+        searcher.on_trial_complete(f"t{i}", None if crashed else {"tok_s": 1.0 + i},
+                                   error=crashed)
+    assert launched == min(12, space.valid_size() or 0)
