@@ -5,7 +5,9 @@ One experiment (a five-point grid, shared by most assertions here) holds every c
 spine must handle: the baseline, a good config, a global NCCL_ALGO=Tree that crashes CUDA
 graph capture, a slow config that ASHA must stop, and a server that hangs before it is
 ready. It also runs with the dashboard on (the default) and with hostile text in the model
-path and a server argument. A second test runs a two-node Ray cluster.
+path, a server argument and the experiment folder. A second test runs a two-node Ray cluster.
+``--resume`` of an interrupted experiment (Ctrl-C, and a SIGKILLed driver) is shown, twice
+each, by test_faults_integration.py.
 """
 
 from __future__ import annotations
