@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--samples", type=int, default=32)
-    parser.add_argument("--rounds", type=int, nargs="+", default=[4, 8],
-                        help="rounds per trial (servetune's default is 4)")
+    parser.add_argument("--rounds", type=int, nargs="+", default=[4, 6, 8],
+                        help="rounds per trial (servetune's default is 6)")
     parser.add_argument("--noise", type=float, default=0.02,
                         help="per-round multiplicative noise sd (the stand-in's default)")
     parser.add_argument("--space", default="verify-campaign")

@@ -95,7 +95,7 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stage-search", choices=["random", "grid", "optuna"], default="random",
                    help="searcher inside each stage of --search staged")
     g.add_argument("--samples", type=int, default=12, help="trials, the baseline included")
-    g.add_argument("--rounds", type=int, default=4, help="benchmark rounds per trial")
+    g.add_argument("--rounds", type=int, default=6, help="benchmark rounds per trial")
     g.add_argument("--scheduler", choices=["asha", "median", "fifo"], default="asha")
     g.add_argument("--metric", help="default: the workload's (output_tok_s / est_tok_s)")
     g.add_argument("--mode", choices=["max", "min"])

@@ -115,11 +115,13 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     return SearchStack(limited, filtering, staged, samples, notes)
 
 
-def build_scheduler(name: str, objective: Objective) -> TrialScheduler:
-    """Early stopping on the per-round metric (reported under one name every round)."""
+def build_scheduler(name: str, objective: Objective, reduction_factor: int = 3
+                    ) -> TrialScheduler:
+    """Early stopping on the per-round metric (reported under one name every round).
+    ASHA keeps the top 1/``reduction_factor`` at each rung (rounds 1, rf, rf^2, ...)."""
     if name == "asha":
         return ASHAScheduler(time_attr="round", max_t=objective.rounds, grace_period=1,
-                             reduction_factor=2)
+                             reduction_factor=reduction_factor)
     if name == "median":
         return MedianStoppingRule(time_attr="round", grace_period=1, min_samples_required=3)
     return FIFOScheduler()

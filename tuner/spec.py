@@ -36,7 +36,7 @@ class ExperimentSpec(BaseModel):
     failure_aware: bool = True
     scheduler: Literal["asha", "median", "fifo"] = "asha"
     samples: int = Field(12, ge=1)
-    rounds: int = Field(4, ge=1)
+    rounds: int = Field(6, ge=1)
     metric: str | None = None
     mode: Literal["max", "min"] | None = None
     seed: int = 0
