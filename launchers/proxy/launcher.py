@@ -34,7 +34,8 @@ class ProxyArgs(BaseModel):
     kv_len: int = Field(4096, ge=1)
     ranks: int | None = Field(None, ge=1, description="default: GPUs of the trial, or 2 on CPU")
     device: Literal["auto", "cuda", "cpu"] = "auto"
-    iters_per_round: int = Field(50, ge=1)
+    iters_per_round: int | None = Field(None, ge=1, description="replays timed per round; "
+                                        "default 50 on GPU, 10 on CPU (eager and slow)")
     graph: bool = True
     check_correctness: bool = True
     accept_length: float = Field(3.0, gt=0, description="assumed, for est_tok_s")
@@ -165,7 +166,8 @@ class ProxyWorkload(Workload):
         argv = [sys.executable, "-m", "launchers.proxy.worker", "--spawn", str(ranks),
                 "--device", "cuda" if cuda else "cpu", "--model", model,
                 "--batch", str(a.batch), "--draft-tokens", str(draft_tokens),
-                "--kv-len", str(a.kv_len), "--iters", str(a.iters_per_round),
+                "--kv-len", str(a.kv_len),
+                "--iters", str(a.iters_per_round or (50 if cuda else 10)),
                 "--graph" if a.graph else "--no-graph", "--accept-length", str(a.accept_length),
                 "--seed", str(ctx.seed), "--out", str(folder)]
         if layers is not None:
