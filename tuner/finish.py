@@ -3,6 +3,7 @@ unconfirmed), best.json and the exports in best/, report.md and report.html, the
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +24,29 @@ def write_table(setup: Setup, running: bool = False) -> pd.DataFrame:
     df = results.build_table(setup.spec.out_dir, setup.objective, setup.space.baseline(), running)
     if not df.empty:
         results.write_csv(df, setup.spec.out_dir)
+        if not running:
+            reconcile_records(setup.spec.out_dir, df)
     return df
+
+
+def reconcile_records(out: Path, df: pd.DataFrame) -> None:
+    """A trial whose worker was killed before it could record its end (Ray ends a stopped
+    trial's process without waiting) still says "running" in its trial.json: the journal
+    knows how it ended, so its record says so too."""
+    for tid, status in zip(df["trial_id"], df["status"], strict=True):
+        path = out / str(tid) / "trial.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if record.get("status") == "running" and status in ("ok", "stopped", "failed"):
+            record["status"] = status
+            record.setdefault("warnings", []).append(
+                "status taken from the journal: the trial's worker ended before it recorded "
+                "its end")
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(record, indent=1, default=str))
+            tmp.replace(path)
 
 
 def search_decision(setup: Setup, df: pd.DataFrame, why: str) -> dict[str, Any]:

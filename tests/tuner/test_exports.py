@@ -179,3 +179,19 @@ def test_exports_of_a_real_run(confirmed_run: Run) -> None:
     assert "--speculative-algorithm EAGLE3" in launch and "--port 30000" in launch
     md = (out / "best" / "report.md").read_text()
     assert "beats the default beyond noise" in md and "Speculative decoding pays off" in md
+
+
+def test_a_record_left_running_by_a_killed_worker_takes_the_journals_end(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from tuner.finish import reconcile_records
+
+    (tmp_path / "t1").mkdir()
+    (tmp_path / "t1" / "trial.json").write_text(json.dumps({"status": "running", "warnings": []}))
+    (tmp_path / "t2").mkdir()
+    (tmp_path / "t2" / "trial.json").write_text(json.dumps({"status": "ok", "warnings": []}))
+    reconcile_records(tmp_path, pd.DataFrame({"trial_id": ["t1", "t2"],
+                                              "status": ["stopped", "ok"]}))
+    first = json.loads((tmp_path / "t1" / "trial.json").read_text())
+    assert first["status"] == "stopped" and "journal" in first["warnings"][0]
+    assert json.loads((tmp_path / "t2" / "trial.json").read_text())["warnings"] == []
