@@ -325,7 +325,8 @@ def _widen(y: torch.Tensor, n: int) -> torch.Tensor:
     have = y.shape[-1]
     if have == n:
         return y
-    return y.repeat(*([1] * (y.dim() - 1)), _ceil_div(n, have))[..., :n]
+    # contiguous: NCCL collectives refuse strided tensors (gloo does not mind)
+    return y.repeat(*([1] * (y.dim() - 1)), _ceil_div(n, have))[..., :n].contiguous()
 
 
 def _swiglu(x: torch.Tensor) -> torch.Tensor:

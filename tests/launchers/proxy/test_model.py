@@ -135,3 +135,15 @@ def test_fit_layers() -> None:
 
     assert need(72) <= FIT_FRACTION * h200 < need(73)
     assert fit_layers(geo, 1 << 30) == 1  # nothing fits: 1 layer, and the worker says OOM
+
+
+def test_widened_outputs_are_contiguous_for_nccl() -> None:
+    # A weight held narrower for a quantized checkpoint (DeepSeek-V3's FP8 attention) gives
+    # a narrow output tiled back to full width; NCCL refuses strided tensors
+    # ("Tensors must be contiguous", seen on the H200), gloo does not.
+    import torch
+
+    from launchers.proxy.model import _widen
+
+    wide = _widen(torch.ones(4, 3), 7)
+    assert wide.shape == (4, 7) and wide.is_contiguous()
