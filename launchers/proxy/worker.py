@@ -496,6 +496,10 @@ def _next_request(control: Path, last: int, idle_timeout: float, parent: int
     return None
 
 
+class _Done(Exception):
+    """The --rounds run finished on every rank."""
+
+
 def run_rank(args: argparse.Namespace) -> int:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -510,8 +514,10 @@ def run_rank(args: argparse.Namespace) -> int:
                 worker.round(i)
             if args.profile_dir is not None:
                 worker.profile(args.profile_steps)
-            worker.close()
-            return 0
+            # Every rank is done, then all exit below without tearing NCCL down:
+            # destroy_process_group after graph capture hung 2 ranks on an H200 pair.
+            worker.barrier()
+            raise _Done
         assert args.out is not None  # rounds on request, until stopped (or idle, or orphaned)
         last = -1
         while (request := _next_request(args.out / CONTROL_FILE, last, args.idle_timeout,
@@ -522,6 +528,8 @@ def run_rank(args: argparse.Namespace) -> int:
                 worker.round(request.value)
             last = request.seq
         print(f"proxy: rank {rank}: no round asked for, or the launcher is gone", flush=True)
+        code = 0
+    except _Done:
         code = 0
     except WrongResult as err:
         events.emit("wrong_result", message=str(err))
@@ -703,12 +711,6 @@ class Rank:
                                 bandwidth=self.bandwidth)
             check = self.gate.check(self.timed[0].out)
             self.events.emit("round", round=index, **metrics, **self.fixed, **check)
-
-    def close(self) -> None:
-        import torch.distributed as dist
-
-        self.barrier()
-        dist.destroy_process_group()
 
 
 def _check_fits(geo: Geometry, free: int, total: int) -> None:
