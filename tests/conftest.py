@@ -1,0 +1,17 @@
+"""Fast unit tests first, then the contract tests, the integration runs and the benchmark
+smoke runs: a broken unit shows in seconds, not after the slow tiers."""
+
+from __future__ import annotations
+
+import pytest
+
+_TIERS = ("contract", "gpu", "integration", "bench")
+
+
+def _tier(item: pytest.Item) -> int:
+    marks = {m.name for m in item.iter_markers()}
+    return next((i + 1 for i, name in enumerate(_TIERS) if name in marks), 0)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_tier)  # stable: file order kept within a tier
