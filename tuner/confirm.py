@@ -18,7 +18,6 @@ Everything lands in DIR/confirm.json and in the journal (phase "confirm").
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import pandas as pd
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
 from tuner import results
 from tuner.searchers import FixedPoints
-from tuner.stats import CONFIDENCE, Interval, clears, interval
+from tuner.stats import CONFIDENCE, Interval, clears, finite, interval
 
 if TYPE_CHECKING:
     from tuner.experiment import Print, Setup
@@ -55,14 +54,6 @@ def _key(config: Mapping[str, Any]) -> str:
     return json.dumps(dict(config), sort_keys=True, default=str)
 
 
-def _num(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
 def search_rows(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty or "phase" not in df:
         return df
@@ -77,7 +68,7 @@ def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
     base_rows = search[search["baseline"]] if not search.empty else search
     base_id = str(base_rows["trial_id"].iloc[0]) if len(base_rows) else None
     out = [Candidate("baseline", dict(baseline), base_id,
-                     _num(base_rows["score"].iloc[0]) if len(base_rows) else None)]
+                     finite(base_rows["score"].iloc[0]) if len(base_rows) else None)]
     if search.empty:
         return out
     done = search[(search["status"] == "ok") & search["score"].notna() & ~search["baseline"]]
@@ -87,7 +78,7 @@ def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
         if not config or _key(config) in seen:
             continue
         seen.add(_key(config))
-        out.append(Candidate(f"top {len(out)}", config, str(row["trial_id"]), _num(row["score"])))
+        out.append(Candidate(f"top {len(out)}", config, str(row["trial_id"]), finite(row["score"])))
         if len(out) > top:
             break
     return out
@@ -174,7 +165,7 @@ def _rows(df: pd.DataFrame, ids: Sequence[str]) -> pd.DataFrame:
 def _column(rows: pd.DataFrame, name: str) -> list[float | None]:
     if name not in rows:
         return []
-    return [_num(v) for v in rows[name]]
+    return [finite(v) for v in rows[name]]
 
 
 def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame) -> dict[str, Any]:
@@ -235,12 +226,12 @@ def speculative_verdict(with_iv: Interval | None, with_score: float | None,
     if with_iv is not None and with_iv.mean is not None:
         data["with"] = with_iv.mean
         data["with_interval"] = with_iv.to_json()
-    if ref is None or ref.get("status") != "ok" or _num(ref.get("score")) is None:
+    if ref is None or ref.get("status") != "ok" or finite(ref.get("score")) is None:
         kind = (ref or {}).get("failure_kind") or (ref or {}).get("status") or "not run"
         data["text"] = (f"the reference run without speculative decoding did not complete "
                         f"({kind}): no verdict on speculative decoding")
         return data
-    without = _num(ref.get("score"))
+    without = finite(ref.get("score"))
     assert without is not None
     data["without"] = without
     if data["with"] is None:
@@ -383,7 +374,7 @@ def _speculative(setup: Setup, make_trainable: Callable[[Any], type], data: dict
     ref = rows.iloc[0].to_dict() if len(rows) else None
     entry = next((e for e in data["entries"] if e["label"] == decision["label"]), None)
     with_iv = _iv(entry) if entry else None
-    with_score = _num(entry["search_score"]) if entry else _search_score(df, decision)
+    with_score = finite(entry["search_score"]) if entry else _search_score(df, decision)
     verdict = speculative_verdict(with_iv, with_score, ref, objective.metric, objective.mode)
     verdict["algorithm"] = getattr(spec.workload, "speculative_algorithm", None)
     verdict["config"] = config
@@ -393,7 +384,7 @@ def _speculative(setup: Setup, make_trainable: Callable[[Any], type], data: dict
 def _search_score(df: pd.DataFrame, decision: Mapping[str, Any]) -> float | None:
     tid = decision.get("source_trial")
     rows = df[df["trial_id"] == tid] if tid and not df.empty else df.iloc[0:0]
-    return _num(rows["score"].iloc[0]) if len(rows) else None
+    return finite(rows["score"].iloc[0]) if len(rows) else None
 
 
 def write(out: Path, data: Mapping[str, Any]) -> None:

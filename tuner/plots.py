@@ -14,6 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tuner.progress import short_name
+from tuner.stats import finite
 
 DPI = 110
 OK, STOPPED, FAILED, CONFIRM, REFERENCE, BEST = ("#1f77b4", "#9e9e9e", "#d62728", "#ff7f0e",
@@ -24,14 +25,6 @@ SPLITS = (
     ("compute vs allreduce (proxy)", (("compute_ms", "compute"), ("allreduce_ms", "allreduce"),
                                       ("assumed_draft_ms", "draft (assumed)"))),
 )
-
-
-def _num(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -48,7 +41,7 @@ def _phase(df: pd.DataFrame, phase: str) -> pd.DataFrame:
 def baseline_score(df: pd.DataFrame) -> float | None:
     base = _phase(df, "search")
     base = base[base["baseline"] & base["score"].notna()] if len(base) else base
-    return _num(base["score"].iloc[0]) if len(base) else None
+    return finite(base["score"].iloc[0]) if len(base) else None
 
 
 # ---------------------------------------------------------------- objective per trial
@@ -95,7 +88,7 @@ def objective_by_trial(df: pd.DataFrame, metric: str, path: Path,
                    label=f"baseline {base:.4g}")
     if best_trial in x:
         row = df[df["trial_id"] == best_trial].iloc[0]
-        if _num(row["score"]) is not None:
+        if finite(row["score"]) is not None:
             ax.scatter([x[best_trial]], [row["score"]], marker="*", s=220, color=BEST,
                        edgecolor="black", zorder=4, label=f"chosen ({best_trial})")
     if len(confirm):
@@ -272,7 +265,7 @@ def time_split(df: pd.DataFrame, metric: str, mode: str, path: Path, top: int = 
     left = [0.0] * len(rows)
     colors = ["#4c72b0", "#dd8452", "#55a868"]
     for (column, name), color in zip(parts, colors, strict=False):
-        values = [_num(v) or 0.0 for v in rows[column]]
+        values = [finite(v) or 0.0 for v in rows[column]]
         ax.barh(labels, values, left=left, color=color, label=name)
         for i, (start, v) in enumerate(zip(left, values, strict=True)):
             if v > 0:
@@ -319,7 +312,7 @@ def confirm_intervals(data: Mapping[str, Any] | None, path: Path) -> bool:
             ax.axvspan(iv["low"], iv["high"], color="#cccccc", alpha=0.5, zorder=1,
                        label="baseline 95% interval")
     spec = data.get("speculative") or {}
-    if _num(spec.get("without")) is not None:
+    if finite(spec.get("without")) is not None:
         labels.append("without speculative decoding")
         ax.scatter([spec["without"]], [len(entries)], marker="D", color=REFERENCE, s=40,
                    zorder=4)

@@ -43,6 +43,15 @@ class _Pickled(Searcher):
 
     _transient: tuple[str, ...] = ()
 
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
+                              **spec: Any) -> bool:
+        """Searchers that own their space take only the metric and mode from Ray."""
+        if metric:
+            self._metric = metric
+        if mode:
+            self._mode = mode
+        return True
+
     def save(self, checkpoint_path: str) -> None:
         state = {k: v for k, v in self.__dict__.items() if k not in self._transient}
         Path(checkpoint_path).write_bytes(pickle.dumps(state))
@@ -74,14 +83,6 @@ class SpaceSearcher(_Pickled):
         self._grid: list[Config] | None = None
 
     _transient = ("_grid",)
-
-    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
-                              **spec: Any) -> bool:
-        if metric:
-            self._metric = metric
-        if mode:
-            self._mode = mode
-        return True
 
     def suggest(self, trial_id: str) -> Config | None:
         if not self.seen:
@@ -346,14 +347,6 @@ class StagedSearcher(_Pickled):
         self.history: list[dict[str, Any]] = []
 
     _transient = ("make_inner",)
-
-    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
-                              **spec: Any) -> bool:
-        if metric:
-            self._metric = metric
-        if mode:
-            self._mode = mode
-        return True
 
     @property
     def current_stage(self) -> str:

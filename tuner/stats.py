@@ -15,6 +15,15 @@ _T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622
          2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
 
 
+def finite(value: Any) -> float | None:
+    """A finite float, or None (missing, NaN, text)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
 def t975(df: int) -> float:
     """t_{0.975, df}: the table up to 30 degrees of freedom, then the Cornish-Fisher
     expansion around the normal quantile (error below 1e-4 from df 30 on)."""

@@ -81,7 +81,7 @@ class Timing:
         return batch * self.accept_length * 1000.0 / self.cycle_ms
 
 
-def _int(text: str | None) -> int | None:
+def strtoll(text: str | None) -> int | None:
     """NCCL's strtoll: the leading integer ("4M" -> 4), 0 for text, None when unset."""
     if text is None:
         return None
@@ -118,14 +118,14 @@ def allreduce_us(env: Mapping[str, str], flags: Mapping[str, Value]) -> float:
     algo = _first(env.get("NCCL_ALGO"), "allreduce")
     proto = _first(env.get("NCCL_PROTO"), "allreduce")
     us = _ALGO_US.get(algo or "ring", 60.0) * (_PROTO.get(proto, _AUTO_PROTO) if proto else _AUTO_PROTO)
-    channels = max(1, min(64, _int(env.get("NCCL_MAX_NCHANNELS")) or 32))
+    channels = max(1, min(64, strtoll(env.get("NCCL_MAX_NCHANNELS")) or 32))
     us += 0.8 * channels + 8.0 / channels
-    low = _int(env.get("NCCL_MIN_NCHANNELS"))
+    low = strtoll(env.get("NCCL_MIN_NCHANNELS"))
     us += 0.5 * max(0, (low or 1) - 1)
-    buff = _int(env.get("NCCL_BUFFSIZE")) or 4194304
+    buff = strtoll(env.get("NCCL_BUFFSIZE")) or 4194304
     ratio = math.log2(max(buff, 1) / 262144)
     us += 3.0 * ratio if ratio >= 0 else 2.0 * -ratio
-    threads = _int(env.get("NCCL_NTHREADS")) or 512
+    threads = strtoll(env.get("NCCL_NTHREADS")) or 512
     us += 1.5 * abs(math.log2(max(threads, 1) / 256))
     if env.get("NCCL_GRAPH_MIXING_SUPPORT", "1").strip() == "0":
         us -= 2.0

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from search_spaces import knobs
+from tests.fakes.cost_model import strtoll
 
 NCCL_VERSION = "2.28.9+cuda13.0"
 DEFAULT_CHANNELS = 24  # what NCCL picks on the modelled 8-GPU PCIe node
@@ -65,19 +66,6 @@ STARTUP_FAULTS = {
                    "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
                    "Last error:\n" + _NO_ALGO + "\n" + CAPTURE_HELP,
 }
-
-
-def strtoll(text: str) -> int:
-    digits = ""
-    for ch in text.strip():
-        if ch.isdigit() or (not digits and ch in "+-"):
-            digits += ch
-        else:
-            break
-    try:
-        return int(digits)
-    except ValueError:
-        return 0
 
 
 def nccl_lines(env: Mapping[str, str], rank: int, tp: int) -> list[str]:
