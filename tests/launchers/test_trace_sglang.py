@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from launchers import trace
-from launchers.process import LOCALHOST
 from launchers.sglang import profile
+from tests.fakes.http_stub import serve
 from tests.launchers.test_trace import gpu_trace
 
 
@@ -69,13 +68,8 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, FakeProfiler]]
             self.end_headers()
             self.wfile.write(text.encode())
 
-    httpd = ThreadingHTTPServer((LOCALHOST, 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://{LOCALHOST}:{httpd.server_address[1]}", state
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with serve(Handler) as url:
+        yield url, state
 
 
 @pytest.mark.parametrize("server", [{"ranks": 2, "auto_stop": True},

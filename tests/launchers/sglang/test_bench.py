@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -21,6 +20,7 @@ from launchers.sglang.bench import (
     _read_stream,
     summarize,
 )
+from tests.fakes.http_stub import serve
 
 
 @dataclass
@@ -92,14 +92,8 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def stub() -> Iterator[tuple[str, type[_Handler]]]:
     handler = type("Handler", (_Handler,), {"behaviour": Behaviour(), "bodies": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve(handler) as url:
+        yield url, handler
 
 
 def test_round_counts_cumulative_tokens(stub: tuple[str, type[_Handler]]) -> None:

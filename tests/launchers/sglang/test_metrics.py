@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from launchers.process import free_port
 from launchers.sglang import metrics
 from launchers.sglang.metrics import CounterSnapshot, parse_metrics_text, per_cycle
+from tests.fakes.http_stub import serve
 
 LABELS = ('engine_type="unified",model_name="meta-llama/Llama-3.1-70B-Instruct",'
           'moe_ep_rank="0",pp_rank="0"')
@@ -162,14 +162,8 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[tuple[str, type[_Handler]]]:
     handler = type("Handler", (_Handler,), {"routes": {}})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve(handler) as url:
+        yield url, handler
 
 
 def test_scrape_and_server_info_over_http(server: tuple[str, type[_Handler]]) -> None:
