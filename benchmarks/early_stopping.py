@@ -41,7 +41,7 @@ TP = 8
 
 def round_noise(seed: int, config: dict[str, Any], index: int, noise: float) -> float:
     """The multiplicative noise of one round: fixed by (seed, config, round)."""
-    from tuner.searchers import config_key
+    from tuner.search.keys import config_key
 
     digest = hashlib.sha256(f"{seed}|{config_key(config)}|{index}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
@@ -80,9 +80,9 @@ def run_once(scheduler: str, space_name: str, seed: int, samples: int, rounds: i
     from ray import tune
 
     from search_spaces.space import load
-    from tuner.results import Objective
-    from tuner.search import build_scheduler, build_search
-    from tuner.searchers import config_key
+    from tuner.search.build import build_scheduler, build_search
+    from tuner.search.keys import config_key
+    from tuner.spec import Objective
 
     space = load(space_name)
     objective = Objective("output_tok_s", "max", rounds)

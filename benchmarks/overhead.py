@@ -1,6 +1,6 @@
 """Per-trial overhead: what servetune adds to a trial beyond the server's own work.
 
-servetune runs N+1 trials of the SGLang stand-in (fast startup) through ``tuner.experiment.run``
+servetune runs N+1 trials of the SGLang stand-in (fast startup) through ``tuner.run.experiment.run``
 (random search, FIFO: every trial runs every round). A trial's cycle is the time from the
 driver seeing it start to the driver seeing the next one start; its work is what the server
 itself takes: spawn -> the stand-in's ``FAKE_READY_AT`` (time to ready) plus warm-up and the
@@ -98,7 +98,7 @@ def servetune_phases(out_dir: Path) -> list[Phases]:
 def run_servetune(out_dir: Path, space: str, trials: int, rounds: int, seed: int
                   ) -> list[Phases]:
     from launchers.sglang.launcher import SGLangArgs
-    from tuner import experiment
+    from tuner.run import experiment
     from tuner.spec import ExperimentSpec
 
     model = out_dir.parent / "model"

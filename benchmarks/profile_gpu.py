@@ -9,7 +9,7 @@
    numbers and the parser's split of the kept steps beside the events
    (``servetune_fixture``); refused when over 200 KB. tests/launchers/test_trace_fixture.py
    reads it.
-2. End to end (unless --no-e2e): the path of ``servetune profile`` (tuner.profile, in this
+2. End to end (unless --no-e2e): the path of ``servetune profile`` (tuner.run.profile, in this
    process, no Ray) for the baseline and one NCCL config on --e2e-model, into --out: the
    table, the sentences, breakdown.png. The numbers go in BENCHMARKS.md.
 
@@ -99,11 +99,12 @@ def capture(args: argparse.Namespace, experiment: str) -> dict[str, Any]:
 
 
 def end_to_end(args: argparse.Namespace, experiment: str) -> dict[str, Any]:
-    """tuner.profile's path for the baseline and one NCCL config, as `servetune profile`."""
+    """tuner.run.profile's path for the baseline and one NCCL config, as `servetune profile`."""
     from launchers.proxy.launcher import ProxyArgs, ProxyWorkload
     from search_spaces.knobs import CATALOGUE
     from search_spaces.space import load
-    from tuner.profile import Launch, Target, profile_configs
+    from tuner.run.lifecycle import Limits
+    from tuner.run.profile import Target, Where, profile_configs
 
     workload = ProxyWorkload(ProxyArgs(model=args.e2e_model, device=args.device, ranks=args.ranks,
                                        iters_per_round=args.iters))
@@ -111,10 +112,11 @@ def end_to_end(args: argparse.Namespace, experiment: str) -> dict[str, Any]:
     space, _ = load("verify-campaign").restricted_to(supported)
     targets = [Target("baseline", space.baseline()),
                Target("nccl-ll", space.complete({"NCCL_PROTO": "LL"}))]
-    launch = Launch(out_dir=(args.out / "e2e").absolute(), experiment=experiment,
-                    gpu_ids=gpu_ids(args.ranks, args.device), ready_timeout=args.ready_timeout)
+    where = Where(out_dir=(args.out / "e2e").absolute(), experiment=experiment,
+                  gpu_ids=gpu_ids(args.ranks, args.device),
+                  limits=Limits(ready_timeout=args.ready_timeout))
     began = time.monotonic()
-    doc = profile_configs(workload, targets, launch, steps=args.steps)
+    doc = profile_configs(workload, targets, where, steps=args.steps)
     print(f"end to end: {time.monotonic() - began:.1f} s for {len(targets)} configs", flush=True)
     return doc
 

@@ -1,4 +1,4 @@
-"""Profile servetune's own side of a trial: ``tuner.trial.run_trial`` on the stand-in, no Ray.
+"""Profile servetune's own side of a trial: ``tuner.run.trial.run_trial`` on the stand-in, no Ray.
 
 Runs N trials of the SGLang stand-in one after another under cProfile, the way a reused Ray
 actor runs them (same process, same marker prefix), prints the functions that take the most
@@ -27,7 +27,7 @@ def run_trials(work_dir: Path, trials: int, rounds: int, seed: int) -> list[dict
     from launchers.base import TrialContext
     from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
     from search_spaces.space import load
-    from tuner.trial import resolve_port, run_trial
+    from tuner.run.trial import resolve_port, run_trial
 
     space = load("nccl-pcie")
     model = work_dir / "model"

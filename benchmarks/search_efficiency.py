@@ -133,8 +133,8 @@ class _GaveUp(logging.Handler):
 def run_search(space: Any, strategy: str, seed: int, budget: int, rounds: int, noise: float,
                optimum: float, out_dir: Path) -> Run:
     """One search, driven as Ray drives it, until ``budget`` trials or the search ends."""
-    from tuner.results import Objective
-    from tuner.search import build_search
+    from tuner.search.build import build_search
+    from tuner.spec import Objective
 
     search, failure_aware = STRATEGIES[strategy]
     objective = Objective(METRIC, "max", rounds)
@@ -144,7 +144,7 @@ def run_search(space: Any, strategy: str, seed: int, budget: int, rounds: int, n
     alg = stack.search_alg
     alg.set_search_properties(METRIC, "max", {})
     gave_up = _GaveUp()
-    logging.getLogger("tuner.searchers").addHandler(gave_up)
+    logging.getLogger("tuner.search.filtering").addHandler(gave_up)
     first = picked = None
     best_measured: tuple[float, float] | None = None  # (measured mean, truth)
     crashing = 0
@@ -178,7 +178,7 @@ def run_search(space: Any, strategy: str, seed: int, budget: int, rounds: int, n
             first = launched
         if picked is None and best_measured[1] >= 0.98 * optimum:
             picked = launched
-    logging.getLogger("tuner.searchers").removeHandler(gave_up)
+    logging.getLogger("tuner.search.filtering").removeHandler(gave_up)
     memory = stack.filtering.memory
     ruled = [f"{e['knob']}={e['value']}" for e in memory.evidence()] if memory else []
     return Run(first, picked, launched, crashing, ruled, gave_up.count > 0)
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.fakes.cost_model import optimum as find_optimum
 
     # "no new configuration after N attempts": counted below as a search that ended early
-    logging.getLogger("tuner.searchers").propagate = False
+    logging.getLogger("tuner.search.filtering").propagate = False
 
     print(machine())
     print(f"{args.seeds} seeds, at most {args.budget} trials per run, {args.rounds} rounds "

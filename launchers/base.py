@@ -12,9 +12,11 @@ import os
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
 
 from launchers.process import LOCALHOST, ServerProcess, check_env_values, marker_value
 from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value
@@ -139,6 +141,9 @@ class Workload(ABC):
     kind: ClassVar[str]
     default_metric: ClassVar[str]
     default_mode: ClassVar[str] = "max"
+    # Env a trial sets only to measure; a production launch (best/launch.sh) leaves it out.
+    measurement_env: ClassVar[tuple[str, ...]] = (
+        "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "CUDA_VISIBLE_DEVICES")
 
     def supports(self, knob: Knob) -> bool:
         """Whether a knob has any effect on this workload (others are left out of the space)."""
@@ -159,6 +164,61 @@ class Workload(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind}
+
+    def production_plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
+        """The plan as a user would launch it: the trial's plan without its measuring env."""
+        plan = self.plan(config, ctx)
+        env = {k: v for k, v in plan.env.items() if k not in self.measurement_env}
+        return replace(plan, env=env)
+
+
+class WorkloadArgs(BaseModel):
+    """A workload's base arguments: validated at the CLI edge, saved in the experiment's spec.
+    Each workload declares one subclass (``kind`` a Literal) next to its Workload class and
+    lists it in ``launchers.registry``; the engine knows workloads only through this API."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str
+    port: int = 0  # 0: a free port per trial
+    ready_timeout: float = 1800.0
+    workdir: Path | None = None  # where servers start: the folder servetune was started in
+
+    # CLI option (argparse dest) -> field of this model: the options this workload takes.
+    cli_fields: ClassVar[Mapping[str, str]] = {}
+    # The port a production launch (best/launch.sh) uses when the args leave it to each trial.
+    production_port: ClassVar[int | None] = None
+
+    def build(self) -> Workload:
+        raise NotImplementedError(f"{type(self).__name__}.build")
+
+    # CLI options that select this workload when given (``--model``: sglang).
+    cli_selectors: ClassVar[tuple[str, ...]] = ()
+
+    def checks(self, knob_names: list[str]) -> list[str]:
+        """Bad input found before anything launches (each reason one line)."""
+        return []
+
+    def gpu_shortfall(self, node_gpus: int | None) -> str | None:
+        """Why a node with ``node_gpus`` GPUs cannot run these args (None: it can, or the
+        count is unknown): bad input for ``run``, a note for ``plan``."""
+        return None
+
+    def without_speculative(self) -> WorkloadArgs | None:
+        """These args with speculative decoding off, or None when it is off (or the
+        workload has no such switch): the reference run of the confirm stage."""
+        return None
+
+    def speculative_label(self) -> str | None:
+        """The speculative algorithm, for the report (None when off or not named)."""
+        return None
+
+    def shape_source(self) -> str | None:
+        """A model shape (preset or config.json) the proxy can screen with, if known."""
+        return None
+
+    def tp_ranks(self) -> int | None:
+        """Tensor-parallel ranks the args fix (None: every GPU of the trial)."""
+        return None
 
 
 @dataclass

@@ -8,19 +8,35 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from launchers.proxy.launcher import ProxyArgs
-from launchers.sglang.launcher import SGLangArgs
+from launchers.registry import AnyWorkloadArgs, default_args
 from search_spaces.knobs import Value
 
 SPEC_FILE = "servetune.json"
 DEFAULT_PRESET = "verify-campaign"
 
-WorkloadArgs = Annotated[SGLangArgs | ProxyArgs, Field(discriminator="kind")]
+
+@dataclass(frozen=True)
+class Objective:
+    """What a trial is scored on: the mean of ``metric`` over ``rounds`` rounds."""
+
+    metric: str
+    mode: str  # "max" | "min"
+    rounds: int
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.mode == "max" else a < b
+
+    def speedup(self, score: float, baseline: float) -> float:
+        if not baseline or not score:
+            return math.nan
+        return score / baseline if self.mode == "max" else baseline / score
 
 
 class ExperimentSpec(BaseModel):
@@ -30,7 +46,7 @@ class ExperimentSpec(BaseModel):
     out_dir: Path
     space: str = DEFAULT_PRESET
     pins: dict[str, Value] = {}
-    workload: WorkloadArgs = Field(default_factory=lambda: ProxyArgs())
+    workload: AnyWorkloadArgs = Field(default_factory=default_args)  # type: ignore[assignment]
     search: Literal["random", "grid", "optuna", "staged"] = "random"
     stage_search: Literal["random", "grid", "optuna"] = "random"
     failure_aware: bool = True

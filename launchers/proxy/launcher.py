@@ -11,9 +11,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from launchers.base import LaunchPlan, Metrics, Running, TrialContext, Workload, knob_env
+from launchers.base import (
+    LaunchPlan,
+    Metrics,
+    Running,
+    TrialContext,
+    Workload,
+    WorkloadArgs,
+    knob_env,
+)
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
 from launchers.proxy.shapes import Shape, load_shape, preset_names, reference_key, shape_name
@@ -21,10 +29,9 @@ from launchers.proxy.worker import CONTROL_FILE, ROUNDS_FILE, Request
 from search_spaces.knobs import SPECULATIVE_KNOBS, Knob, KnobKind, Value
 
 
-class ProxyArgs(BaseModel):
+class ProxyArgs(WorkloadArgs):
     """Base arguments of the proxy workload."""
 
-    model_config = ConfigDict(extra="forbid")
     kind: Literal["proxy"] = "proxy"
     model: str | None = Field(None, description="shape preset name or a config.json path; "
                               "default: 'tiny' on CPU, 'llama-3.1-70b' on GPU")
@@ -45,6 +52,19 @@ class ProxyArgs(BaseModel):
     round_timeout: float = Field(300.0, gt=0, description="seconds one round may take")
     hbm_bandwidth: float | None = Field(None, gt=0, description="B/s per GPU for hbm_floor_ms; "
                                         "default: 4.3e12 on H200, else measured")
+
+    cli_fields: ClassVar[Mapping[str, str]] = {
+        "model_config": "model", "layers": "layers", "batch": "batch", "kv_len": "kv_len",
+        "port": "port", "ready_timeout": "ready_timeout"}
+
+    def build(self) -> ProxyWorkload:
+        return ProxyWorkload(self)
+
+    def shape_source(self) -> str | None:
+        return self.model
+
+    def tp_ranks(self) -> int | None:
+        return self.ranks
 
 
 # ---------------------------------------------------------------- the workload

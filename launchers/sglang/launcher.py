@@ -8,10 +8,19 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import requests
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from launchers import nccl_log
-from launchers.base import LaunchPlan, Metrics, Running, TrialContext, Workload, knob_argv, knob_env
+from launchers.base import (
+    LaunchPlan,
+    Metrics,
+    Running,
+    TrialContext,
+    Workload,
+    WorkloadArgs,
+    knob_argv,
+    knob_env,
+)
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
 from launchers.sglang import metrics
@@ -20,19 +29,18 @@ from launchers.sglang.bench import Bench, BenchError, BenchSettings
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
 
 
-class SGLangArgs(BaseModel):
+class SGLangArgs(WorkloadArgs):
     """Base arguments of the sglang workload (validated at the CLI edge)."""
 
-    model_config = ConfigDict(extra="forbid")
     kind: Literal["sglang"] = "sglang"
     model: str
     draft_model: str | None = None
     tp: int | None = Field(None, ge=1, description="default: all GPUs of the trial")
     speculative_algorithm: str | None = None
-    server_args: list[str] = []
-    server_cmd: list[str] = ["sglang", "serve"]
+    server_args: list[str] = Field(default_factory=list)
+    server_cmd: list[str] = Field(default_factory=lambda: ["sglang", "serve"])
     host: str = "127.0.0.1"
-    port: int = Field(30000, ge=0, le=65535, description="0: a free port per trial")
+    port: int = Field(0, ge=0, le=65535, description="0: a free port per trial")
     ready_timeout: float = Field(1800.0, gt=0)
     input_len: int = Field(256, ge=1)
     output_len: int = Field(256, ge=1)
@@ -45,6 +53,40 @@ class SGLangArgs(BaseModel):
     metrics: bool = True
     preflight: bool = True
     preflight_python: str | None = None
+
+    cli_fields: ClassVar[Mapping[str, str]] = {
+        "model": "model", "draft_model": "draft_model", "tp": "tp",
+        "speculative_algorithm": "speculative_algorithm", "server_arg": "server_args",
+        "server_cmd": "server_cmd", "port": "port", "ready_timeout": "ready_timeout",
+        "input_len": "input_len", "output_len": "output_len", "concurrency": "concurrency",
+        "requests_per_round": "requests_per_round", "no_nccl_debug": "nccl_debug",
+        "no_preflight": "preflight"}
+    cli_selectors: ClassVar[tuple[str, ...]] = ("model",)
+    production_port: ClassVar[int | None] = 30000  # SGLang's own default
+
+    def build(self) -> SGLangWorkload:
+        return SGLangWorkload(self)
+
+    def checks(self, knob_names: list[str]) -> list[str]:
+        problems = [f"model path {m!r} does not exist" for m in (self.model, self.draft_model)
+                    if m is not None and _missing_path(m)]
+        return problems + [f"--server-arg {c}" for c in
+                           SGLangWorkload(self).conflicts(knob_names)]
+
+    def gpu_shortfall(self, node_gpus: int | None) -> str | None:
+        if self.tp is not None and node_gpus is not None and self.tp > node_gpus:
+            return f"--tp {self.tp} is larger than the {node_gpus} GPUs a node has"
+        return None
+
+    def speculative_label(self) -> str | None:
+        return self.speculative_algorithm if SGLangWorkload(self).speculative else None
+
+    def shape_source(self) -> str | None:
+        config = Path(self.model).expanduser() / "config.json"
+        return str(config) if config.is_file() else None
+
+    def tp_ranks(self) -> int | None:
+        return self.tp
 
     def without_speculative(self) -> SGLangArgs | None:
         """These args with speculative decoding off (no draft model, no ``--speculative-*``
@@ -77,6 +119,12 @@ _EXIT_WAIT_S = 2.0  # how long a dropped connection may take to show up as a dea
 PROFILE_ROUND = 1_000_000  # the bench round index of a profile (its own prompts)
 
 
+def _missing_path(model: str) -> bool:
+    """A path that does not exist; a bare 'org/name' is a hub id and is left to the server."""
+    looks_like_path = model.startswith(("/", ".", "~")) or model.count("/") != 1
+    return looks_like_path and not Path(model).expanduser().exists()
+
+
 def _flag_name(word: str) -> str | None:
     return word.split("=", 1)[0] if word.startswith("--") else None
 
@@ -107,6 +155,9 @@ class SGLangWorkload(Workload):
     kind: ClassVar[str] = "sglang"
     default_metric: ClassVar[str] = "output_tok_s"
     default_mode: ClassVar[str] = "max"
+    measurement_env: ClassVar[tuple[str, ...]] = (
+        *Workload.measurement_env,
+        "SGLANG_ENABLE_METRICS_DEVICE_TIMER", "SGLANG_RECORD_STEP_TIME")
 
     def __init__(self, args: SGLangArgs) -> None:
         self.args = args

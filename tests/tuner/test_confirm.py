@@ -12,17 +12,17 @@ import pytest
 
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
-from tuner.confirm import (
+from tuner.decide.confirm import (
     Candidate,
     candidates,
     decide_confirmed,
     interleaved,
-    lines,
-    reference_args,
     speculative_verdict,
+    unconfirmed,
     without_speculative_knobs,
 )
-from tuner.searchers import FixedPoints
+from tuner.output.confirm_text import lines
+from tuner.search.fixed import FixedPoints
 from tuner.stats import Interval, clears, interval, t975
 
 # ---------------------------------------------------------------- Student's t
@@ -128,33 +128,33 @@ def test_the_winner_is_the_best_config_whose_interval_clears_the_baseline() -> N
     entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [120, 122, 121]),
                _entry("top 2", [130, 131, 129])]
     decision = decide_confirmed(entries, "output_tok_s", "max", 3)
-    assert decision["kind"] == "confirmed" and decision["label"] == "top 2"
-    assert "beats the default beyond noise" in decision["text"] and "1.300x" in decision["text"]
+    assert decision.kind == "confirmed" and decision.label == "top 2"
+    assert "beats the default beyond noise" in decision.text and "1.300x" in decision.text
 
 
 def test_no_winner_within_noise_says_so_plainly() -> None:
     entries = [_entry("baseline", [100, 110, 90]), _entry("top 1", [112, 104, 120])]
     decision = decide_confirmed(entries, "output_tok_s", "max", 3)
-    assert decision["kind"] == "default" and decision["label"] == "baseline"
-    assert decision["text"].startswith("No configuration beat the default beyond noise")
-    assert "Keep the default settings" in decision["text"]
+    assert decision.kind == "default" and decision.label == "baseline"
+    assert decision.text.startswith("No configuration beat the default beyond noise")
+    assert "Keep the default settings" in decision.text
 
 
 def test_a_config_that_failed_a_repeat_is_never_the_winner() -> None:
     entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [150, 151], failed=1)]
-    assert decide_confirmed(entries, "m", "max", 3)["kind"] == "default"
+    assert decide_confirmed(entries, "m", "max", 3).kind == "default"
 
 
 def test_a_baseline_without_an_interval_allows_no_claim() -> None:
     entries = [_entry("baseline", [100]), _entry("top 1", [150, 151, 152])]
     decision = decide_confirmed(entries, "m", "max", 3)
-    assert decision["kind"] == "unconfirmed" and "too few" in decision["text"]
+    assert decision.kind == "unconfirmed" and "too few" in decision.text
 
 
 def test_lines_show_the_table_and_the_decision() -> None:
     entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [130, 131, 129])]
     data = {"metric": "output_tok_s", "repeats": 3, "entries": entries,
-            "decision": decide_confirmed(entries, "output_tok_s", "max", 3)}
+            "decision": decide_confirmed(entries, "output_tok_s", "max", 3).to_json()}
     text = "\n".join(lines(data))
     assert "baseline" in text and "top 1" in text and "100 ± 2.48 (n=3)" in text
     assert "decision: top 1" in text
@@ -188,14 +188,14 @@ def test_reference_args_turn_speculative_decoding_off_only_where_it_is_on() -> N
     on = SGLangArgs(model="m", speculative_algorithm="EAGLE3", draft_model="d",
                     server_args=["--speculative-num-steps", "3", "--mem-fraction-static", "0.8",
                                  "--speculative-eagle-topk=1"])
-    off = reference_args(on)
+    off = on.without_speculative()
     assert off is not None and off.speculative_algorithm is None and off.draft_model is None
     assert off.server_args == ["--mem-fraction-static", "0.8"]
     assert off.model == "m"
-    assert reference_args(SGLangArgs(model="m")) is None
-    assert reference_args(ProxyArgs()) is None
+    assert SGLangArgs(model="m").without_speculative() is None
+    assert ProxyArgs().without_speculative() is None
     flag_only = SGLangArgs(model="m", server_args=["--speculative-algorithm", "NGRAM"])
-    assert reference_args(flag_only).server_args == []  # type: ignore[union-attr]
+    assert flag_only.without_speculative().server_args == []  # type: ignore[union-attr]
 
 
 def test_the_reference_config_keeps_communication_and_drops_speculative_knobs() -> None:
@@ -207,11 +207,9 @@ def test_the_reference_config_keeps_communication_and_drops_speculative_knobs() 
 
 
 def test_unconfirmed_top_that_lost_to_the_baseline_keeps_the_default() -> None:
-    from tuner.confirm import _unconfirmed
-
     df = pd.DataFrame({"trial_id": ["b", "t"], "baseline": [True, False], "status": ["ok", "ok"],
                        "phase": ["search", "search"], "score": [100.0, 87.4]})
     cands = [Candidate("baseline", {}, "b", 100.0), Candidate("top 1", {"X": 1}, "t", 87.4)]
-    decision = _unconfirmed(df, cands, 0, "max")
-    assert decision["kind"] == "default"
-    assert _unconfirmed(df, cands, 0, "min")["kind"] == "unconfirmed"
+    decision = unconfirmed(df, cands, 0, "max")
+    assert decision.kind == "default"
+    assert unconfirmed(df, cands, 0, "min").kind == "unconfirmed"

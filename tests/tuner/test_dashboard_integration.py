@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.tuner.servetune_runs import Experiment, ray_tmpdir
-from tuner.dashboard import TRAINABLE_NAME, auth_token, list_actors
+from tuner.run.dashboard import TRAINABLE_NAME, auth_token, list_actors
 
 pytestmark = pytest.mark.integration
 

@@ -15,15 +15,8 @@ import pytest
 
 from launchers.base import LaunchPlan
 from tests.tuner.conftest import Run
-from tuner.exports import (
-    PLUGIN_LINE_MAX,
-    TUNER_COLUMNS,
-    dotenv_value,
-    tuner_csv,
-    tuner_rule,
-    write_env,
-    write_launch,
-)
+from tuner.output.exports import dotenv_value, write_env, write_launch
+from tuner.output.tuner_csv import PLUGIN_LINE_MAX, TUNER_COLUMNS, tuner_csv, tuner_rule
 
 # What the plugin accepts, from its README and source: '#' lines and empty lines are
 # skipped; a rule has 8, 9 or 10 comma-separated fields; the names below are matched
@@ -184,7 +177,7 @@ def test_exports_of_a_real_run(confirmed_run: Run) -> None:
 def test_a_record_left_running_by_a_killed_worker_takes_the_journals_end(tmp_path: Path) -> None:
     import pandas as pd
 
-    from tuner.finish import reconcile_records
+    from tuner.output.results import reconcile_records
 
     (tmp_path / "t1").mkdir()
     (tmp_path / "t1" / "trial.json").write_text(json.dumps({"status": "running", "warnings": []}))

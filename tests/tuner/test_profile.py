@@ -14,8 +14,11 @@ import pytest
 
 from launchers.process import marked_processes, reap_all
 from launchers.proxy.launcher import ProxyArgs
-from tuner import cli, profile
-from tuner.experiment import prepare
+from tuner import cli
+from tuner.cli.args import spec_from_args
+from tuner.output.profile_report import profile_summary
+from tuner.run import profile
+from tuner.setup import prepare
 from tuner.spec import ExperimentSpec
 
 CHOSEN = {"NCCL_ALGO": "allreduce:ring", "--speculative-num-draft-tokens": 4}
@@ -58,7 +61,7 @@ def test_profile_baseline_and_best(tmp_path: Path, capsys: pytest.CaptureFixture
         assert (root / label / "proxy.log").is_file()
     assert "baseline (t0000)" in (root / "breakdown.txt").read_text()  # from results.csv
 
-    summary = profile.profile_summary(spec.out_dir)
+    summary = profile_summary(spec.out_dir)
     assert summary is not None and summary["workload"] == "proxy" and summary["steps"] == 2
     assert summary["plot"] == str((root / "breakdown.png").absolute())
     base, best = summary["entries"]
@@ -82,7 +85,7 @@ def test_profile_a_given_config_only(tmp_path: Path, capsys: pytest.CaptureFixtu
     code = cli.main(["profile", str(spec.out_dir), "--no-baseline", "--pin",
                      "NCCL_PROTO=Simple", "--label", "simple", "--steps", "1"])
     assert code == 0
-    summary = profile.profile_summary(spec.out_dir)
+    summary = profile_summary(spec.out_dir)
     assert summary is not None
     assert [e["label"] for e in summary["entries"]] == ["simple"]
     assert "simple: verify " in capsys.readouterr().out
@@ -108,7 +111,7 @@ def test_bad_input_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
 def test_not_an_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["profile", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     assert "not a servetune experiment" in capsys.readouterr().err
-    assert profile.profile_summary(tmp_path) is None
+    assert profile_summary(tmp_path) is None
 
 
 def test_targets(tmp_path: Path) -> None:
@@ -125,10 +128,10 @@ def test_targets(tmp_path: Path) -> None:
 def test_run_profile_flag_and_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = cli.build_parser().parse_args(["run", "--profile", "--out", str(tmp_path / "r")])
     args.space_name = "verify-campaign"
-    assert cli.spec_from_args(args).profile is True
+    assert spec_from_args(args).profile is True
     plain = cli.build_parser().parse_args(["run", "--out", str(tmp_path / "r")])
     plain.space_name = "verify-campaign"
-    assert cli.spec_from_args(plain).profile is False
+    assert spec_from_args(plain).profile is False
 
     calls: list[Any] = []
     monkeypatch.setattr(profile, "profile_experiment",

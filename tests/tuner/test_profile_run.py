@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launchers.process import marked_processes, reap_all
-from tuner import profile
+from tuner.output.profile_report import profile_summary
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def test_run_profile(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not left, f"processes survived the run: {left}"
     assert json.loads((out / "servetune.json").read_text())["profile"] is True
-    summary = profile.profile_summary(out)
+    summary = profile_summary(out)
     assert summary is not None, done.stdout[-3000:]
     labels = [e["label"] for e in summary["entries"]]
     assert labels[0] == "baseline" and all(e["status"] == "ok" for e in summary["entries"])

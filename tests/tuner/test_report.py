@@ -15,9 +15,11 @@ import pytest
 from PIL import Image
 
 from launchers.proxy.launcher import ProxyArgs
-from tuner import cli, confirm
-from tuner.plots import time_split
-from tuner.recorder import JOURNAL
+from tuner import cli
+from tuner.decide import confirm
+from tuner.output import confirm_text
+from tuner.output.files import JOURNAL
+from tuner.output.plots import time_split
 from tuner.spec import ExperimentSpec
 
 BASE: dict[str, Any] = {}  # the space's baseline, filled in by the fixture
@@ -48,7 +50,7 @@ def stored(tmp_path: Path) -> Path:
                           pins={"NCCL_MIN_NCHANNELS": None, "NCCL_BUFFSIZE": None,
                                 "NCCL_P2P_LEVEL": None, "NCCL_NTHREADS": None})
     spec.save()
-    from tuner.experiment import prepare
+    from tuner.setup import prepare
 
     BASE.update(prepare(spec).space.baseline())
     (out / "run.json").write_text(json.dumps({"nodes": 1, "gpus_per_node": [0],
@@ -102,8 +104,8 @@ def test_report_renders_a_stored_experiment(stored: Path, capsys: pytest.Capture
 def test_report_with_a_confirm_stage_that_found_no_winner(stored: Path) -> None:
     df_ids = {"top 1": [f"c-tree-{r}" for r in range(2)], "baseline": [f"c-base-{r}" for r in
                                                                         range(2)]}
-    from tuner.experiment import prepare
-    from tuner.results import build_table
+    from tuner.output.results import build_table
+    from tuner.setup import prepare
 
     setup = prepare(ExperimentSpec.load(stored))
     df = build_table(stored, setup.objective, setup.space.baseline())
@@ -113,11 +115,11 @@ def test_report_with_a_confirm_stage_that_found_no_winner(stored: Path) -> None:
                                          "NCCL_PROTO": "LL", "NCCL_NVLS_ENABLE": 0},
                                "tree", 103.5)]
     entries = [confirm.summarize(c, df_ids[c.label], df) for c in cands]
-    decision = confirm.decide_confirmed(entries, "est_tok_s", "max", 2)
-    assert decision["kind"] == "default"
-    confirm.write(stored, {"metric": "est_tok_s", "mode": "max", "repeats": 2, "entries": entries,
-                           "decision": {**decision, "config": setup.space.baseline(),
-                                        "source_trial": "base"}})
+    decision = confirm.attach(confirm.decide_confirmed(entries, "est_tok_s", "max", 2), cands)
+    assert decision.kind == "default"
+    assert (decision.config, decision.source_trial) == (setup.space.baseline(), "base")
+    confirm_text.write(stored, {"metric": "est_tok_s", "mode": "max", "repeats": 2,
+                                "entries": entries, "decision": decision.to_json()})
     assert cli.main(["report", str(stored)]) == 0
     _check_png(stored / "plots" / "confirm.png", min_h=200)
     page = (stored / "report.html").read_text()
@@ -127,8 +129,8 @@ def test_report_with_a_confirm_stage_that_found_no_winner(stored: Path) -> None:
 
 def test_time_split_draws_compute_vs_allreduce_for_the_proxy(stored: Path, tmp_path: Path
                                                              ) -> None:
-    from tuner.experiment import prepare
-    from tuner.results import build_table
+    from tuner.output.results import build_table
+    from tuner.setup import prepare
 
     setup = prepare(ExperimentSpec.load(stored))
     df = build_table(stored, setup.objective, setup.space.baseline())

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.tuner.servetune_runs import Experiment, ray_tmpdir
-from tuner.screen import env_part
+from tuner.run.screen import env_part
 
 pytestmark = pytest.mark.integration
 

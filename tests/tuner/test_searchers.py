@@ -9,9 +9,12 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from search_spaces.space import SearchSpace, from_mapping, load_preset
-from tuner.results import Objective
-from tuner.search import build_search, optuna_searcher
-from tuner.searchers import FailureMemory, FilteringSearcher, SpaceSearcher, StagedSearcher
+from tuner.search.build import build_search, optuna_searcher
+from tuner.search.filtering import FilteringSearcher
+from tuner.search.memory import FailureMemory
+from tuner.search.space_searcher import SpaceSearcher
+from tuner.search.staged import StagedSearcher
+from tuner.spec import Objective
 
 
 def _small() -> SearchSpace:

@@ -14,15 +14,13 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from search_spaces.space import SearchSpace
-from tuner.recorder import REJECTED, append_jsonl
-from tuner.results import Objective
-from tuner.searchers import (
-    FailureMemory,
-    FilteringSearcher,
-    FixedPoints,
-    SpaceSearcher,
-    StagedSearcher,
-)
+from tuner.output.files import REJECTED, STAGES_JSON, append_jsonl
+from tuner.search.filtering import FilteringSearcher
+from tuner.search.fixed import FixedPoints
+from tuner.search.memory import FailureMemory
+from tuner.search.space_searcher import SpaceSearcher
+from tuner.search.staged import StagedSearcher
+from tuner.spec import Objective
 
 
 def optuna_searcher(space: SearchSpace, objective: Objective, seed: int) -> Searcher:
@@ -80,8 +78,12 @@ class SearchStack:
 
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
                  samples: int, seed: int, failure_aware: bool, max_concurrent: int,
-                 out_dir: Path, points: list[dict[str, Any]] | None = None) -> SearchStack:
+                 out_dir: Path | None, points: list[dict[str, Any]] | None = None
+                 ) -> SearchStack:
+    """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
+    stack writes what it rejects and each stage's winner (None: nowhere, for a preview)."""
     notes: list[str] = []
+    rejects = _RejectLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None
     if points:
         baseline = space.baseline()
@@ -90,14 +92,15 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         fixed = FixedPoints(queue, ["baseline", *(f"point {i}" for i in range(1, len(queue)))],
                             objective.metric, objective.mode)
         filtering = FilteringSearcher(fixed, space, pass_invalid=True,
-                                      on_reject=_RejectLog(out_dir / REJECTED))
+                                      on_reject=rejects)
         notes.append(f"evaluating {len(queue)} given configurations (baseline first)")
         return SearchStack(ConcurrencyLimiter(filtering, max_concurrent=max_concurrent),
                            filtering, None, len(queue), notes)
     if search == "staged":
         staged = StagedSearcher(space, samples, objective.rounds,
                                 _StageInner(stage_search, objective), seed,
-                                objective.metric, objective.mode)
+                                objective.metric, objective.mode,
+                                out_dir / STAGES_JSON if out_dir is not None else None)
         inner: Searcher = staged
         if not space.stages:
             notes.append(f"{space.name} defines no stages: one stage with every knob")
@@ -110,7 +113,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         samples = min(samples, space.size)
     memory = FailureMemory(space.baseline()) if failure_aware else None
     filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
-                                  on_reject=_RejectLog(out_dir / REJECTED))
+                                  on_reject=rejects)
     limited = ConcurrencyLimiter(filtering, max_concurrent=max_concurrent)
     return SearchStack(limited, filtering, staged, samples, notes)
 
@@ -125,3 +128,19 @@ def build_scheduler(name: str, objective: Objective, reduction_factor: int = 3
     if name == "median":
         return MedianStoppingRule(time_attr="round", grace_period=1, min_samples_required=3)
     return FIFOScheduler()
+
+
+def proposals(stack: SearchStack, count: int) -> list[tuple[str, dict[str, Any]]]:
+    """What the stack would launch, in order, before any result is known: each proposal is
+    told it failed (no measurement), so a staged search keeps the baseline's values as every
+    earlier stage's winner and Optuna proposes from its prior. Used by ``servetune plan``."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    searcher = stack.filtering
+    for index in range(count):
+        trial_id = f"plan_{index:05d}"
+        config = searcher.suggest(trial_id)
+        if config is None or config == Searcher.FINISHED or not isinstance(config, dict):
+            break
+        searcher.on_trial_complete(trial_id, error=True)  # ended, unmeasured
+        out.append((trial_id, dict(config)))
+    return out

@@ -11,37 +11,18 @@ instead of Ray's periodic wall of tables:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ray.tune import ProgressReporter
 from ray.tune.experiment import Trial
 
-from tuner.recorder import trial_failure
+from tuner.output.progress import fmt_value as _fmt
+from tuner.output.progress import settings_text
+from tuner.run.recorder import trial_failure
 
 VERIFY = "verify_ms"
 _MESSAGE_CHARS = 160
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def short_name(knob: str) -> str:
-    """``NCCL_MAX_NCHANNELS`` -> ``MAX_NCHANNELS``, ``--enable-symm-mem`` -> ``enable-symm-mem``."""
-    return knob.removeprefix("NCCL_").removeprefix("--")
-
-
-def settings_text(config: Mapping[str, Any], knobs: Sequence[str]) -> str:
-    """The knobs a config sets (not unset, not off), with short names."""
-    changed = [f"{short_name(k)}={v}" if v is not True else short_name(k)
-               for k, v in config.items()
-               if k in knobs and v is not None and v is not False]
-    return " ".join(changed) or "baseline (no overrides)"
 
 
 class TrialLines(ProgressReporter):
@@ -57,7 +38,7 @@ class TrialLines(ProgressReporter):
         self.extra = [e for e in extra if e != metric]
         self.stage_of = stage_of
         self.phase = phase
-        self.stream = stream or sys.stdout
+        self._stream = stream  # None: sys.stdout at each print (a restored run pickles this)
         self._seen: dict[str, tuple[str, Any]] = {}
         self._header = False
         self._widths = [8, 22, 8, 5, max(12, len(metric)), *(max(9, len(e)) for e in self.extra)]
@@ -125,3 +106,7 @@ class TrialLines(ProgressReporter):
                 print(self.header(), file=self.stream, flush=True)
                 self._header = True
             print(text, file=self.stream, flush=True)
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream or sys.stdout

@@ -10,11 +10,15 @@ from typing import Any
 
 import pandas as pd
 
-from launchers.proxy.launcher import ProxyArgs
+from launchers.registry import screen_args
 from search_spaces import knobs
 from search_spaces.space import load
-from tuner import experiment
-from tuner.results import write_json
+from tuner.output.files import write_json
+from tuner.output.results import configs
+from tuner.run.experiment import run
+from tuner.run.finish import RunOutcome
+from tuner.run.fit import started
+from tuner.setup import Print, prepare, stdout_print
 from tuner.spec import ExperimentSpec, SpecError
 
 SCREEN_DIR = "screen"
@@ -23,14 +27,11 @@ SCREEN_JSON = "screen.json"
 
 def screen_shape(spec: ExperimentSpec) -> str:
     """The proxy's shape: --model-config, else the server model folder's config.json."""
-    if spec.screen_model:
-        return spec.screen_model
-    model = getattr(spec.workload, "model", None)
-    config = Path(str(model)).expanduser() / "config.json" if model else None
-    if config is None or not config.is_file():
+    shape = spec.screen_model or spec.workload.shape_source()
+    if shape is None:
         raise SpecError("--screen proxy needs the model's shape: a local --model folder with a "
                         "config.json, or --model-config PRESET|config.json")
-    return str(config)
+    return shape
 
 
 def screen_spec(spec: ExperimentSpec) -> ExperimentSpec:
@@ -40,7 +41,7 @@ def screen_spec(spec: ExperimentSpec) -> ExperimentSpec:
                if knobs.CATALOGUE[n].kind is not knobs.KnobKind.ENV}
     return spec.model_copy(update={
         "name": f"{spec.name}-screen", "out_dir": spec.out_dir / SCREEN_DIR,
-        "workload": ProxyArgs(model=screen_shape(spec)), "screen": None, "points": [],
+        "workload": screen_args(screen_shape(spec)), "screen": None, "points": [],
         "pins": {**spec.pins, **non_env}, "confirm": 0,
         "samples": spec.screen_samples or spec.samples,
         "search": "random" if spec.search in ("staged", "grid") else spec.search,
@@ -52,22 +53,16 @@ def env_part(config: dict[str, Any]) -> dict[str, Any]:
             if k in knobs.CATALOGUE and knobs.CATALOGUE[k].kind is knobs.KnobKind.ENV}
 
 
-def _raw_configs(out_dir: Path) -> dict[str, dict[str, Any]]:
-    from tuner.results import collect
-
-    return {tid: t["config"] for tid, t in collect(out_dir).items()}
-
-
 def top_settings(table: pd.DataFrame, out_dir: Path, k: int, mode: str) -> list[dict[str, Any]]:
     """The k best screened NCCL settings (completed trials, baseline excluded)."""
     if table.empty:
         return []
     done = table[(table["status"] == "ok") & ~table["baseline"] & table["score"].notna()]
     done = done.sort_values("score", ascending=mode == "min")
-    configs = _raw_configs(out_dir)
+    launched = configs(out_dir)
     picked: list[dict[str, Any]] = []
     for tid in done["trial_id"]:
-        env = env_part(configs[tid])
+        env = env_part(launched[tid])
         if env not in picked:
             picked.append(env)
         if len(picked) == k:
@@ -79,11 +74,11 @@ def rank_correlation(screen_dir: Path, screen_table: pd.DataFrame, server_dir: P
                      server_table: pd.DataFrame) -> dict[str, Any]:
     """Proxy score vs server score for the settings both measured."""
     def keyed(out_dir: Path, table: pd.DataFrame) -> dict[str, float]:
-        configs = _raw_configs(out_dir)
+        launched = configs(out_dir)
         if "phase" in table:  # search trials only: not the confirm repeats or the reference
             table = table[table["phase"].fillna("search") == "search"]
         rows = table[(table["status"] == "ok") & table["score"].notna()]
-        return {json.dumps(env_part(configs[t]), sort_keys=True, default=str): float(s)
+        return {json.dumps(env_part(launched[t]), sort_keys=True, default=str): float(s)
                 for t, s in zip(rows["trial_id"], rows["score"], strict=True)}
 
     proxy, server = keyed(screen_dir, screen_table), keyed(server_dir, server_table)
@@ -98,21 +93,20 @@ def rank_correlation(screen_dir: Path, screen_table: pd.DataFrame, server_dir: P
 
 
 def run_screened(spec: ExperimentSpec, *, resume: bool = False,
-                 echo: experiment.Print = experiment.stdout_print) -> experiment.RunOutcome:
+                 echo: Print = stdout_print) -> RunOutcome:
     first = screen_spec(spec)
-    echo(f"screen: the NCCL part of {spec.space} on the proxy ({first.workload.model}), "
+    echo(f"screen: the NCCL part of {spec.space} on the proxy ({first.workload.shape_source()}), "
          f"then the top {spec.screen_top} on the server")
-    screened_before = (first.out_dir / "tuner.pkl").exists()
-    screen = experiment.run(first, resume=resume and screened_before, echo=echo)
-    setup = experiment.prepare(first)
+    screen = run(first, resume=resume and started(first.out_dir), echo=echo)
+    setup = prepare(first)
     top = top_settings(screen.table, first.out_dir, spec.screen_top, setup.objective.mode)
     if not top:
         echo("screen: no proxy trial completed: nothing to promote to the server")
     echo(f"screen: promoting {len(top)} settings to full server trials")
     # Every promoted setting runs all its rounds: early stopping would leave the ranking
     # comparison with partial scores.
-    server = experiment.run(spec.model_copy(update={"points": top, "scheduler": "fifo"}),
-                            resume=resume, echo=echo)
+    server = run(spec.model_copy(update={"points": top, "scheduler": "fifo"}), resume=resume,
+                 echo=echo)
     corr = rank_correlation(first.out_dir, screen.table, spec.out_dir, server.table)
     write_json(spec.out_dir / SCREEN_JSON, corr)
     rho = corr["spearman"]

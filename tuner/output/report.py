@@ -6,22 +6,20 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
-from tuner import plots
-from tuner.confirm import lines as confirm_lines
-from tuner.confirm import search_rows
-from tuner.progress import settings_text
-
-if TYPE_CHECKING:
-    from tuner.experiment import Setup
+from tuner.output import plots
+from tuner.output.confirm_text import lines as confirm_lines
+from tuner.output.files import RULED_OUT_JSON, RUN_JSON, read_json
+from tuner.output.progress import settings_text
+from tuner.output.results import search_rows
+from tuner.setup import Setup
 
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
@@ -63,19 +61,12 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None,
           top_n: int = 8) -> Facts:
     spec, objective = setup.spec, setup.objective
     out = spec.out_dir
     knobs = list(setup.space.domains)
-    run = _read_json(out / "run.json") or {}
+    run = read_json(out / RUN_JSON) or {}
     described = setup.workload.describe()
     workload = [["setting", "value"]] + [
         [k, _cell(v if not isinstance(v, list) else " ".join(map(str, v)) or "-")]
@@ -120,7 +111,7 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                          " ".join(str(first.get("failure") or "").split())[:300],
                          _cell(first.get("hint")) if isinstance(first.get("hint"), str) else "-"])
     notes = []
-    for item in _read_json(out / "ruled_out.json") or []:
+    for item in read_json(out / RULED_OUT_JSON) or []:
         notes.append(f"ruled out after repeated failures: {item.get('knob')}={item.get('value')} "
                      f"({item.get('kind')})")
     if setup.dropped:

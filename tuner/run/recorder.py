@@ -1,26 +1,29 @@
 """The driver-side record of an experiment: every trial event appended to results.jsonl the
 moment Ray reports it, and results.csv rewritten whenever a trial ends. Nothing measured is
-lost when the driver is interrupted: the journal is flushed line by line."""
+lost when the driver is interrupted: the journal is flushed line by line.
+
+The recorder is pickled with the Tuner (tuner.pkl) and comes back on ``--resume``: it holds
+only plain data and the searcher it feeds (restored with it, as the same object)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
 from launchers.failures import Failure, FailureKind, TrialFailed, failure_from_error_text
+from search_spaces.knobs import Value
+from tuner.output.files import JOURNAL, append_jsonl, read_journal
+from tuner.output.results import write_table
+from tuner.spec import Objective
 
 log = logging.getLogger(__name__)
-
-JOURNAL = "results.jsonl"
-REJECTED = "rejected.jsonl"
 
 # Keys Ray adds to every result; the journal keeps only what servetune measured.
 RAY_KEYS = frozenset({
@@ -28,12 +31,6 @@ RAY_KEYS = frozenset({
     "time_this_iter_s", "time_total_s", "time_since_restore", "iterations_since_restore",
     "config", "experiment_tag", "should_checkpoint", "node_ip",
 })
-
-
-def append_jsonl(path: Path, entry: Mapping[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(entry, default=str) + "\n")
-        f.flush()
 
 
 def _pickled_error(trial: Trial) -> Any:
@@ -76,19 +73,31 @@ def trial_failure(trial: Trial) -> Failure:
     return failure_from_error_text(text) if text else Failure(FailureKind.CRASHED, "trial errored")
 
 
+class OutcomeFeed(Protocol):
+    """Who learns each finished trial's failure kind (the failure-aware searcher)."""
+
+    def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None
+                       ) -> None: ...
+
+
 class Recorder(Callback):
     """Journal + results.csv + failure feed for the searcher."""
 
-    def __init__(self, out_dir: Path, on_table: Callable[[], None],
-                 on_outcome: Callable[[str, dict[str, Any], str | None], None] | None = None,
+    def __init__(self, out_dir: Path, objective: Objective, baseline: Mapping[str, Value], *,
+                 feed: OutcomeFeed | None = None,
                  stage_of: Callable[[str], str | None] | None = None,
                  tags: Mapping[str, Any] | None = None) -> None:
         self.out_dir = out_dir
+        self.objective = objective
+        self.baseline = dict(baseline)
         self.tags = dict(tags or {})  # added to each start event, e.g. {"phase": "confirm"}
         self.journal = out_dir / JOURNAL
-        self.on_table = on_table
-        self.on_outcome = on_outcome
+        self.feed = feed
         self.stage_of = stage_of
+        self.order = self._next_order()
+
+    def setup(self, *args: Any, **info: Any) -> None:
+        """Each fit, a resumed one too: launch order continues from the journal."""
         self.order = self._next_order()
 
     def _next_order(self) -> int:
@@ -99,6 +108,9 @@ class Recorder(Callback):
 
     def _write(self, entry: dict[str, Any]) -> None:
         append_jsonl(self.journal, {"time": time.time(), **entry})
+
+    def _table(self) -> None:
+        write_table(self.out_dir, self.objective, self.baseline, running=True)
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
                        ) -> None:
@@ -116,33 +128,18 @@ class Recorder(Callback):
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
                           ) -> None:
         self._write({"event": "end", "trial_id": trial.trial_id, "status": "ok"})
-        if self.on_outcome:
-            self.on_outcome(trial.trial_id, dict(trial.config), None)
-        self.on_table()
+        if self.feed is not None:
+            self.feed.record_outcome(trial.trial_id, dict(trial.config), None)
+        self._table()
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
                        ) -> None:
         failure = trial_failure(trial)
         self._write({"event": "end", "trial_id": trial.trial_id, "status": "failed",
                      "failure": failure.to_json()})
-        if self.on_outcome:
-            self.on_outcome(trial.trial_id, dict(trial.config), failure.kind.value)
-        self.on_table()
+        if self.feed is not None:
+            self.feed.record_outcome(trial.trial_id, dict(trial.config), failure.kind.value)
+        self._table()
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
-        self.on_table()
-
-
-def read_journal(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a journal (a line cut by a crash is skipped)."""
-    entries = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return entries
+        self._table()

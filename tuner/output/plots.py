@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tuner.progress import short_name
+from tuner.output.progress import short_name
 from tuner.stats import finite
 
 DPI = 110

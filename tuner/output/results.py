@@ -1,38 +1,20 @@
-"""Results: the journal -> one row per trial (pandas), the best config, exports, the summary."""
+"""Results: the journal -> one row per trial (pandas), the best row, the summary lines."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from search_spaces.knobs import CATALOGUE
-from tuner.recorder import JOURNAL, read_journal
+from search_spaces.knobs import CATALOGUE, Value
+from tuner.output.files import JOURNAL, RESULTS_CSV, read_journal
+from tuner.spec import Objective
 
-RESULTS_CSV = "results.csv"
-BEST_JSON = "best.json"
-BEST_DIR = "best"
 _LAST_ONLY = ("nccl_", "ready_s")  # columns that are per trial, not per round
-
-
-@dataclass(frozen=True)
-class Objective:
-    metric: str
-    mode: str  # "max" | "min"
-    rounds: int
-
-    def better(self, a: float, b: float) -> bool:
-        return a > b if self.mode == "max" else a < b
-
-    def speedup(self, score: float, baseline: float) -> float:
-        if not baseline or not score:
-            return math.nan
-        return score / baseline if self.mode == "max" else baseline / score
 
 
 def _mean(values: list[Any]) -> float | None:
@@ -136,6 +118,50 @@ def config_of(out_dir: Path, trial_id: str) -> dict[str, Any]:
     return dict(collect(out_dir)[trial_id]["config"])
 
 
+def configs(out_dir: Path) -> dict[str, dict[str, Value]]:
+    """Every trial's configuration as launched, by trial id."""
+    return {tid: dict(t["config"]) for tid, t in collect(out_dir).items()}
+
+
+def search_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The search's trials (not the confirm repeats or the reference launch)."""
+    if df.empty or "phase" not in df:
+        return df
+    return df[df["phase"].fillna("search") == "search"]
+
+
+def write_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any],
+                running: bool = False) -> pd.DataFrame:
+    """results.csv from the journal; at the end of a run (``running`` False) the trials'
+    own records learn how the journal says they ended."""
+    df = build_table(out_dir, objective, baseline, running)
+    if not df.empty:
+        write_csv(df, out_dir)
+        if not running:
+            reconcile_records(out_dir, df)
+    return df
+
+
+def reconcile_records(out: Path, df: pd.DataFrame) -> None:
+    """A trial whose worker was killed before it could record its end (Ray ends a stopped
+    trial's process without waiting) still says "running" in its trial.json: the journal
+    knows how it ended, so its record says so too."""
+    for tid, status in zip(df["trial_id"], df["status"], strict=True):
+        path = out / str(tid) / "trial.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if record.get("status") == "running" and status in ("ok", "stopped", "failed"):
+            record["status"] = status
+            record.setdefault("warnings", []).append(
+                "status taken from the journal: the trial's worker ended before it recorded "
+                "its end")
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(record, indent=1, default=str))
+            tmp.replace(path)
+
+
 def summary_lines(df: pd.DataFrame, objective: Objective, knobs: list[str], top: int = 5
                   ) -> list[str]:
     """Top configs plus the baseline, and failures counted by kind."""
@@ -165,10 +191,3 @@ def summary_lines(df: pd.DataFrame, objective: Objective, knobs: list[str], top:
             hint = f" ({row['hint']})" if isinstance(row.get("hint"), str) else ""
             lines.append(f"  {row['failure_kind']}: {row['trial_id']}: {row['failure']}{hint}")
     return lines
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)

@@ -1,8 +1,7 @@
-"""One trial: config -> validate -> plan -> preflight -> start -> ready -> rounds -> stop.
+"""One trial: config -> validate -> launch (``tuner.run.lifecycle``) -> rounds -> stop.
 
-``run_trial`` is the engine and knows nothing of Ray (``report`` is a callable), so it is
-usable and testable on its own. ``servetune_trial`` adapts it to Ray Tune: its name is what
-the Ray dashboard shows for trial actors.
+``run_trial`` knows nothing of Ray (``report`` is a callable), so it is usable and testable on
+its own; ``tuner.run.trainable`` adapts it to Ray Tune.
 """
 
 from __future__ import annotations
@@ -15,17 +14,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from launchers import gpu, process
+from launchers import process
 from launchers.base import Metrics, TrialContext, TrialRecord, Workload
 from launchers.failures import Failure, FailureKind, TrialFailed
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
+from tuner.run.lifecycle import Launch, Limits
 
 log = logging.getLogger(__name__)
 
 Report = Callable[[dict[str, Any]], None]
 FAILURE_FILE = "failure.json"
-PLAN_FILE = "plan.json"
 EFFECTIVE_FILE = "effective.json"
 
 
@@ -41,8 +40,7 @@ def resolve_port(wanted: int | None) -> int | None:
 
 
 def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Workload,
-              ctx: TrialContext, rounds: int, report: Report, stop_grace: float = 10.0,
-              gpu_clean_timeout: float = 60.0, ready_timeout: float = 1800.0,
+              ctx: TrialContext, rounds: int, report: Report, limits: Limits | None = None,
               experiment_prefix: str = "", stopping: threading.Event | None = None
               ) -> TrialRecord:
     """Run one configuration; raise TrialFailed (after writing failure.json) when it fails.
@@ -59,27 +57,14 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
     reaped = process.reap(experiment_prefix or f"{ctx.experiment}/", keep=ctx.marker)
     if reaped:
         record.warnings.append(f"reaped {len(reaped)} leftover processes before the trial")
-    running = None
-    gpu_before: list[gpu.GpuState] = []
+    launch = Launch(workload, config, ctx, limits or Limits())
     try:
         reasons = space.validate(config)
         if reasons:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, "; ".join(reasons)))
         record.warnings += space.warnings(config)
-        plan = workload.plan(config, ctx)
-        record.plan = plan.to_json()
-        (folder / PLAN_FILE).write_text(json.dumps(record.plan, indent=1))
-        record.warnings += workload.preflight(plan, ctx) or []
-        if ctx.gpu_ids:
-            gpu_before = gpu.wait_clean(ctx.gpu_ids, gpu_clean_timeout)
-        record.timings["setup_s"] = time.monotonic() - t0
-        running = workload.start(plan, ctx)
-        running.process.stop_grace = stop_grace
-        with running:
-            record.timings["ready_s"] = running.wait_ready(ready_timeout)
-            t_warm = time.monotonic()
-            running.warmup()
-            record.timings["warmup_s"] = time.monotonic() - t_warm
+        with launch as running:
+            record.plan = launch.plan.to_json() if launch.plan else None
             t_bench = time.monotonic()
             last: dict[str, Any] | None = None
             for index in range(rounds):
@@ -90,15 +75,16 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
                         json.dumps(record.effective, indent=1, default=str))
                     record.warnings += record.effective.get("warnings", [])
                 record.rounds.append(metrics)
-                record.timings["bench_s"] = time.monotonic() - t_bench
+                record.timings.update(launch.timings, bench_s=time.monotonic() - t_bench)
                 record.write(folder)
                 last = {**_numeric_only(metrics), **_effective_columns(record.effective),
-                        "round": index + 1, "ready_s": record.timings["ready_s"]}
+                        "round": index + 1, "ready_s": launch.timings["ready_s"]}
                 if index + 1 < rounds:
                     report(last)
             t_stop = time.monotonic()
         record.timings["stop_s"] = time.monotonic() - t_stop
         record.status = "ok"
+        _absorb(record, launch)
         record.write(folder)
         if last is not None:
             report(last)
@@ -121,27 +107,19 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
             (folder / FAILURE_FILE).write_text(json.dumps(record.failure, indent=1))
         raise
     finally:
-        t_down = time.monotonic()
-        stop_s = 0.0
-        if running is not None:
-            running.stop()
-            stopped = running.process.stop()  # the first stop's report (cached)
-            stop_s = stopped.seconds
-            if stopped.other_sessions:
-                record.warnings.append(f"{len(stopped.other_sessions)} processes of the server "
-                                       "ran in a session of their own (setsid): stopped by marker")
-        # Anything still carrying this trial's marker (grandchildren in new sessions) goes.
-        outlived = process.reap_all(ctx.marker, grace=min(stop_grace, 3.0), exact=True)
-        if outlived:
-            record.warnings.append(f"{len(outlived)} processes outlived the server's stop "
-                                   "(new sessions?): reaped by marker")
-        if gpu_before:
-            record.warnings += gpu.wait_memory_back(gpu_before, timeout=30.0)
-        # On every path: the server's stop (wherever it happened) and the sweep after it.
-        record.timings["teardown_s"] = stop_s + time.monotonic() - t_down
+        launch.teardown()  # already done on every path through ``with``; here for the rest
+        _absorb(record, launch)
         record.timings["total_s"] = time.monotonic() - t0
         record.timings["wall_end"] = time.time()
         record.write(folder)
+
+
+def _absorb(record: TrialRecord, launch: Launch) -> None:
+    """The launch's plan, timings and warnings into the trial's record (once each)."""
+    if record.plan is None and launch.plan is not None:
+        record.plan = launch.plan.to_json()
+    record.timings.update(launch.timings)
+    record.warnings += [w for w in launch.warnings if w not in record.warnings]
 
 
 def _effective_columns(effective: Mapping[str, Any]) -> dict[str, Any]:

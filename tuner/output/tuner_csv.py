@@ -1,78 +1,14 @@
-"""Exports of the decided configuration, in DIR/best/:
-
-- ``launch.sh``: the env exports and the server argv, runnable as is;
-- ``env``: the same env as a dotenv file;
-- ``nccl-tuner.csv``: the allreduce algorithm, protocol and channels as a rule for NCCL's
-  example tuner plugin (NVIDIA/nccl ``plugins/tuner/example``), the production-safe way to
-  ship what NCCL calls debug-only env knobs;
-- ``report.md``: what was searched, how, the decision with its evidence, failures by kind.
-
-and DIR/best.json (machine-readable).
-"""
+"""``best/nccl-tuner.csv``: the chosen allreduce algorithm, protocol and channels as rules for
+NCCL's example tuner plugin (NVIDIA/nccl ``plugins/tuner/example``), the production-safe way
+to ship what NCCL calls debug-only env knobs."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-import pandas as pd
-
-from launchers.base import LaunchPlan, TrialContext
 from search_spaces.knobs import selector_for
-from tuner import results
-
-if TYPE_CHECKING:
-    from tuner.experiment import Setup
-
-# Debug-only settings servetune adds for measuring; a production launch leaves them out.
-MEASUREMENT_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "CUDA_VISIBLE_DEVICES",
-                   "SGLANG_ENABLE_METRICS_DEVICE_TIMER", "SGLANG_RECORD_STEP_TIME")
-LAUNCH = "launch.sh"
-ENV = "env"
-TUNER_CSV = "nccl-tuner.csv"
-REPORT_MD = "report.md"
-
-# ---------------------------------------------------------------- launch.sh and env
-
-
-def production_plan(setup: Setup, config: Mapping[str, Any]) -> LaunchPlan:
-    """The plan for ``config`` as a user would launch it: fixed port, no measuring env."""
-    port = getattr(setup.spec.workload, "port", None) or 30000
-    folder = setup.spec.out_dir / results.BEST_DIR
-    gpus = tuple(str(i) for i in range(setup.gpus_per_trial))
-    ctx = TrialContext(setup.spec.name, "best", folder, gpus, port, setup.spec.seed)
-    plan = setup.workload.plan(dict(config), ctx)
-    env = {k: v for k, v in plan.env.items() if k not in MEASUREMENT_ENV}
-    return replace(plan, env=env)
-
-
-def dotenv_value(value: str) -> str:
-    """Bare when safe, else double-quoted: readable by dotenv loaders, systemd and a shell's
-    ``set -a; . env`` alike (``;`` in NCCL_ALGO=allreduce:tree;allgather:ring needs quotes)."""
-    if value and all(c.isalnum() or c in "._-:/,^" for c in value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
-
-
-def write_launch(folder: Path, plan: LaunchPlan) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / LAUNCH
-    script.write_text(plan.shell_script())
-    os.chmod(script, 0o755)
-    return script
-
-
-def write_env(folder: Path, plan: LaunchPlan) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / ENV
-    path.write_text("".join(f"{k}={dotenv_value(v)}\n" for k, v in sorted(plan.env.items())))
-    return path
-
-
-# ---------------------------------------------------------------- nccl-tuner.csv
 
 # The plugin's CSV columns, in its order (numPipeOps and regBuff optional; -1 = any).
 TUNER_COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol",
@@ -207,72 +143,3 @@ def tuner_csv(rule: TunerRule | None, notes: Sequence[str], experiment: str) -> 
     text = "\n".join(lines) + "\n"
     assert all(len(line) < PLUGIN_LINE_MAX for line in lines)
     return text
-
-
-# ---------------------------------------------------------------- best.json and best/
-
-
-def _trial_effective(out: Path, trial_id: str | None) -> dict[str, Any] | None:
-    if not trial_id:
-        return None
-    import json
-
-    try:
-        data: dict[str, Any] = json.loads((out / trial_id / "effective.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
-def _ranks(df: pd.DataFrame, trial_id: str | None, setup: Setup) -> int | None:
-    rows = df[df["trial_id"] == trial_id] if trial_id and "nccl_nranks" in df else df.iloc[0:0]
-    if len(rows):
-        value = rows["nccl_nranks"].iloc[0]
-        if value == value and value is not None:
-            return int(value)
-    tp = getattr(setup.spec.workload, "tp", None)
-    return tp or setup.gpus_per_trial or None
-
-
-def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
-           confirm_data: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Write best.json and DIR/best/* for the decided configuration; None when there is none."""
-    config = decision.get("config")
-    if config is None:
-        return None
-    out = setup.spec.out_dir
-    tid = decision.get("source_trial")
-    plan = production_plan(setup, config)
-    rows = df[df["trial_id"] == tid] if tid is not None and not df.empty else df.iloc[0:0]
-    row = rows.iloc[0] if len(rows) else None
-    search = df[(df["baseline"]) & (df.get("phase", "search") == "search")] if not df.empty \
-        else df
-    entry = next((e for e in (confirm_data or {}).get("entries", [])
-                  if e["label"] == decision.get("label")), None)
-    rule, notes = tuner_rule(config, _trial_effective(out, tid), _ranks(df, tid, setup))
-    best = {
-        "trial_id": tid, "metric": setup.objective.metric, "mode": setup.objective.mode,
-        "score": _float(row["score"]) if row is not None else None,
-        "speedup": _float(row["speedup"]) if row is not None else None,
-        "baseline_score": _float(search["score"].iloc[0]) if len(search) else None,
-        "decision": decision.get("kind"), "label": decision.get("label"),
-        "evidence": decision.get("text"),
-        "confirmed": entry["objective"] if entry else None,
-        "config": dict(config), "argv": list(plan.argv), "env": dict(plan.env),
-        "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
-        "nccl_tuner_rule": rule.csv_line() if rule else None,
-    }
-    results.write_json(out / results.BEST_JSON, best)
-    folder = out / results.BEST_DIR
-    write_launch(folder, plan)
-    write_env(folder, plan)
-    (folder / TUNER_CSV).write_text(tuner_csv(rule, notes, setup.spec.name))
-    return best
-
-
-def _float(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if out == out else None

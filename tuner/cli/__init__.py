@@ -1,0 +1,150 @@
+"""`servetune run | plan | report | best | profile | spaces | knobs`.
+
+Bad input ends with one line on stderr and exit code 2, before anything is launched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from pydantic import ValidationError
+
+from launchers.registry import kinds
+from search_spaces.space import SpaceError
+from tuner.cli.args import CliError, glue_raw_values
+from tuner.cli.commands import cmd_best, cmd_plan, cmd_profile, cmd_report, cmd_run, cmd_spaces
+from tuner.spec import DEFAULT_PRESET, SpecError, one_line
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (no usage block), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"servetune: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_experiment_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("search")
+    g.add_argument("--space", default=DEFAULT_PRESET, help="preset name or YAML file")
+    g.add_argument("--pin", action="append", default=[], metavar="NAME=VALUE",
+                   help="fix a knob (repeatable), e.g. NCCL_NVLS_ENABLE=0")
+    g.add_argument("--search", choices=["random", "grid", "optuna", "staged"], default="random")
+    g.add_argument("--stage-search", choices=["random", "grid", "optuna"], default="random",
+                   help="searcher inside each stage of --search staged")
+    g.add_argument("--samples", type=int, default=12, help="trials, the baseline included")
+    g.add_argument("--rounds", type=int, default=6, help="benchmark rounds per trial")
+    g.add_argument("--scheduler", choices=["asha", "median", "fifo"], default="asha")
+    g.add_argument("--metric", help="default: the workload's (output_tok_s / est_tok_s)")
+    g.add_argument("--mode", choices=["max", "min"])
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--screen", choices=["proxy"],
+                   help="sglang: screen the NCCL knobs on the proxy first, then run the top "
+                   "--screen-top settings as server trials")
+    g.add_argument("--screen-top", type=int, default=3)
+    g.add_argument("--screen-samples", type=int, help="proxy trials in the screen")
+    g.add_argument("--no-failure-aware", action="store_true",
+                   help="do not avoid values that failed the same way twice")
+    w = p.add_argument_group("workload")
+    w.add_argument("--workload", choices=kinds(),
+                   help="default: sglang when --model is given, else the proxy")
+    w.add_argument("--model", help="sglang: model path (or hub id org/name)")
+    w.add_argument("--draft-model", help="sglang: speculative draft model path")
+    w.add_argument("--tp", type=int, help="sglang: tensor parallel size (default: all GPUs)")
+    w.add_argument("--speculative-algorithm", help="sglang: e.g. EAGLE3")
+    w.add_argument("--server-arg", action="append", default=[], metavar="ARGS",
+                   help="extra server arguments (repeatable; shell-split)")
+    w.add_argument("--server-cmd", help="replaces 'sglang serve' (a venv, a container, a stand-in)")
+    w.add_argument("--port", type=int, help="server port (sglang default 30000; 0: free port)")
+    w.add_argument("--ready-timeout", type=float, help="seconds to wait for readiness")
+    w.add_argument("--stop-grace", type=float, help="seconds between SIGTERM and SIGKILL when "
+                   "a server stops (default 10)")
+    w.add_argument("--input-len", type=int)
+    w.add_argument("--output-len", type=int)
+    w.add_argument("--concurrency", help="comma list; the first is the objective")
+    w.add_argument("--requests-per-round", type=int)
+    w.add_argument("--no-nccl-debug", action="store_true",
+                   help="sglang: no NCCL_DEBUG=INFO logs (no effective-settings check)")
+    w.add_argument("--no-preflight", action="store_true",
+                   help="sglang: skip the check against SGLang's own argument parser")
+    w.add_argument("--model-config", help="proxy: shape preset or config.json")
+    w.add_argument("--layers", type=int, help="proxy: run N layers and scale")
+    w.add_argument("--batch", type=int, help="proxy: requests in the verify batch")
+    w.add_argument("--kv-len", type=int, help="proxy: KV cache length")
+    r = p.add_argument_group("resources")
+    r.add_argument("--gpus-per-trial", type=int, help="default: all GPUs of a node")
+    r.add_argument("--num-gpus", type=int, help="GPUs to declare to a local Ray")
+    r.add_argument("--num-cpus", type=int, help="CPUs to declare to a local Ray")
+    r.add_argument("--address", help="an existing Ray cluster (HOST:PORT)")
+    r.add_argument("--no-dashboard", action="store_true")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, help="experiment folder (default runs/<name>)")
+    o.add_argument("--name", help="experiment name (default: the folder's name)")
+    o.add_argument("--confirm", type=int, default=3, metavar="R",
+                   help="after the search, launch the top configs and the baseline R more times "
+                   "each and keep a config only if its 95%% interval clears the baseline's "
+                   "(default 3; 0 skips the stage)")
+    o.add_argument("--confirm-top", type=int, default=3, metavar="K",
+                   help="configs the confirm stage re-runs besides the baseline (default 3)")
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="servetune", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run (or --resume) an experiment")
+    _add_experiment_args(run)
+    run.add_argument("--resume", metavar="DIR", help="finish an interrupted experiment")
+    run.add_argument("--profile", action="store_true", help="at the end, profile the baseline "
+                     "and the chosen config (as servetune profile DIR)")
+    plan = sub.add_parser("plan", help="print each config's command and env; launch nothing")
+    _add_experiment_args(plan)
+    plan.add_argument("--json", action="store_true", help="one JSON object per config")
+    report = sub.add_parser("report", help="the summary, report.html and its PNG plots, from disk")
+    report.add_argument("dir")
+    best = sub.add_parser("best", help="print the best configuration's launch script")
+    best.add_argument("dir")
+    sub.add_parser("spaces", help="list the shipped search spaces")
+    prof = sub.add_parser("profile", help="where the verify time goes: profile the baseline "
+                          "and the chosen (or a given) config of an experiment")
+    prof.add_argument("dir")
+    prof.add_argument("--config", metavar="JSON", help="profile this config instead of the "
+                      "chosen one: a JSON object of knob -> value, or @file.json")
+    prof.add_argument("--pin", action="append", default=[], metavar="NAME=VALUE",
+                      help="a knob of the config to profile (repeatable), over the baseline")
+    prof.add_argument("--label", help="the given config's name (default: config)")
+    prof.add_argument("--no-baseline", action="store_true", help="do not profile the baseline")
+    prof.add_argument("--steps", type=int, default=10, help="verify steps profiled per config")
+    return parser
+
+
+COMMANDS = {"run": cmd_run, "plan": cmd_plan, "report": cmd_report, "best": cmd_best,
+            "spaces": cmd_spaces, "profile": cmd_profile}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = glue_raw_values(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["run", *argv])
+    try:
+        return COMMANDS[args.command](args)
+    except (CliError, SpecError, SpaceError) as err:
+        print(f"servetune: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ValidationError as err:
+        print(f"servetune: error: {one_line(err)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # a Ctrl-C outside Ray Tune's own handling (start, end)
+        print("servetune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

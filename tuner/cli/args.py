@@ -1,0 +1,220 @@
+"""Strings become objects here: command-line words -> knob values, pins, workload args and the
+ExperimentSpec. Paths a user types mean what they mean in the user's shell: they are
+resolved against the folder servetune was started in (trials run in Ray's own folders)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from launchers.registry import args_model, kind_for, kinds
+from search_spaces import knobs
+from search_spaces.space import preset_names
+from tuner.spec import ExperimentSpec
+
+
+class CliError(Exception):
+    """Bad input: one line, exit 2."""
+
+
+# Flags whose value may itself start with '--' (argparse would read it as an option).
+RAW_VALUE_FLAGS = ("--server-arg", "--server-cmd")
+
+
+def glue_raw_values(argv: Sequence[str]) -> list[str]:
+    """``--server-arg --enable-foo`` -> ``--server-arg=--enable-foo``."""
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        value = next(words, None) if word in RAW_VALUE_FLAGS else None
+        out.append(word if value is None else f"{word}={value}")
+    return out
+
+
+# ---------------------------------------------------------------- knob values and pins
+
+
+def parse_value(name: str, text: str) -> knobs.Value:
+    """A knob value from the command line, typed by the knob's domain."""
+    knob = knobs.get(name)
+    lowered = text.strip().lower()
+    if lowered in ("default", "unset"):
+        return knob.unset
+    if knob.is_switch:
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise CliError(f"{knob.name}: expected true or false, got {text!r}")
+    if any(isinstance(c, int) and not isinstance(c, bool) for c in knob.choices):
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise CliError(f"{knob.name}: expected an integer, got {text!r}") from None
+    return text
+
+
+def parse_pins(items: Sequence[str]) -> dict[str, knobs.Value]:
+    pins: dict[str, knobs.Value] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise CliError(f"--pin {item!r}: expected NAME=VALUE")
+        try:
+            canonical = knobs.canonical_name(name.strip())
+        except knobs.UnknownKnob as err:
+            raise CliError(f"--pin: {err}") from None
+        pins[canonical] = parse_value(canonical, value)
+    return pins
+
+
+# ---------------------------------------------------------------- paths
+
+
+def user_path(text: str, base: Path) -> str:
+    """A path as the user's shell means it: ``~`` expanded, relative to ``base``."""
+    path = Path(text).expanduser()
+    return str(path if path.is_absolute() else (base / path))
+
+
+def looks_like_path(text: str) -> bool:
+    """A model argument that names a folder rather than a hub id ('org/name')."""
+    return text.startswith(("/", ".", "~")) or text.count("/") != 1 or Path(text).exists()
+
+
+def resolve_command(words: Sequence[str], base: Path) -> list[str]:
+    """``--server-cmd``: a program given with a folder (``./serve.sh``, ``.venv/bin/python``)
+    and arguments naming existing files (``serve.py``) become absolute; a bare program name
+    is looked up on PATH as the shell would, and stays as typed."""
+    out: list[str] = []
+    for i, word in enumerate(words):
+        if i == 0:
+            out.append(user_path(word, base) if "/" in word or word.startswith("~") else word)
+        elif not word.startswith("-") and (base / Path(word).expanduser()).exists() \
+                and not Path(word).is_absolute():
+            out.append(user_path(word, base))
+        else:
+            out.append(word)
+    return out
+
+
+def missing_program(words: Sequence[str]) -> str | None:
+    """Why the command's program cannot be run (None: it can, as far as can be told)."""
+    program = words[0] if words else ""
+    if "/" in program:
+        return None if os.access(program, os.X_OK) else f"{program}: not an executable file"
+    return None if shutil.which(program) else f"{program}: not found on PATH"
+
+
+# ---------------------------------------------------------------- the workload's args
+
+# CLI dest -> how its text becomes a value of the workload's args.
+_CONVERT: dict[str, Callable[[Any, Path], Any]] = {
+    "server_arg": lambda v, _: [w for item in v for w in shlex.split(item)] or None,
+    "server_cmd": lambda v, base: resolve_command(shlex.split(v), base),
+    "concurrency": lambda v, _: int_list(v, "--concurrency"),
+    "no_nccl_debug": lambda v, _: False if v else None,
+    "no_preflight": lambda v, _: False if v else None,
+    "model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
+    "draft_model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
+    "model_config": lambda v, base: v if v in _presets() else user_path(v, base),
+}
+
+
+def _presets() -> list[str]:
+    from launchers.proxy.shapes import preset_names as shape_presets
+
+    return shape_presets()
+
+
+def int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CliError(f"{flag} {text!r}: expected integers separated by commas") from None
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    value = getattr(args, dest, None)
+    return value not in (None, False, [], "")
+
+
+def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    """The workload's args from the options given: the workload the options select (or
+    ``--workload``), each option mapped to its field; an option of another workload is bad
+    input."""
+    all_dests = {d for k in kinds() for d in args_model(k).cli_fields}
+    if getattr(args, "screen", None):  # --model-config then names the screen's shape
+        all_dests.discard("model_config")
+    given = [d for d in sorted(all_dests) if _given(args, d)]
+    kind = args.workload or kind_for(given)
+    model = args_model(kind)
+    foreign = [d for d in given if d not in model.cli_fields]
+    if foreign:
+        flags = ", ".join("--" + d.replace("_", "-") for d in foreign)
+        raise CliError(f"{flags}: not an option of the {kind} workload")
+    missing = [d for d in model.cli_selectors if d not in given]
+    if missing:
+        raise CliError(f"the {kind} workload needs {', '.join('--' + m for m in missing)}")
+    data: dict[str, Any] = {"kind": kind, "workdir": str(base)}
+    for dest in given:
+        convert = _CONVERT.get(dest)
+        value = getattr(args, dest)
+        value = convert(value, base) if convert else value
+        if value is not None:
+            data[model.cli_fields[dest]] = value
+    return data
+
+
+# ---------------------------------------------------------------- the spec
+
+
+def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> ExperimentSpec:
+    base = base or Path.cwd()
+    space = args.space if args.space in preset_names() else user_path(args.space, base)
+    out = Path(user_path(str(args.out), base)) if args.out else \
+        base / "runs" / (args.name or f"servetune-{Path(args.space).stem}")
+    out = out.resolve()
+    if any(c in str(out) for c in "\n\r"):
+        raise CliError(f"--out {str(out)!r}: a folder name with a line break")
+    name = args.name or out.name
+    if args.name is None and not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise CliError(f"--out {str(out)!r}: the folder name is not an experiment name "
+                       "(letters, digits, '.', '_', '-'): pass --name")
+    if args.confirm == 1:
+        raise CliError("--confirm 1: one repeat gives no confidence interval; use 2 or more "
+                       "(or 0 to skip the confirm stage)")
+    address = args.address or os.environ.get("RAY_ADDRESS") or None
+    data: dict[str, Any] = {
+        "name": name, "out_dir": out, "space": space, "pins": parse_pins(args.pin),
+        "workload": workload_args(args, base), "search": args.search,
+        "stage_search": args.stage_search, "samples": args.samples, "rounds": args.rounds,
+        "scheduler": args.scheduler, "metric": args.metric, "mode": args.mode, "seed": args.seed,
+        "failure_aware": not args.no_failure_aware, "gpus_per_trial": args.gpus_per_trial,
+        "num_gpus": args.num_gpus, "num_cpus": args.num_cpus, "address": address,
+        "dashboard": not args.no_dashboard, "confirm": args.confirm,
+        **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),
+        "confirm_top": args.confirm_top, "screen": args.screen, "screen_top": args.screen_top,
+        "screen_samples": args.screen_samples, "profile": bool(getattr(args, "profile", False)),
+        "screen_model": _CONVERT["model_config"](args.model_config, base)
+        if args.screen and args.model_config else None,
+    }
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as err:
+        raise CliError(flag_error(err)) from None
+
+
+def flag_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = [str(p) for p in first["loc"] if not str(p).isdigit() and p not in kinds()]
+    flag = "--" + loc[-1].replace("_", "-") if loc else "input"
+    return f"{flag}: {first['msg']}"

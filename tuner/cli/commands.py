@@ -1,0 +1,229 @@
+"""The commands: each takes parsed arguments, checks what can be checked before anything
+starts (bad input raises CliError: one line, exit 2), then calls the engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from launchers.registry import screenable
+from search_spaces import knobs
+from search_spaces.space import load, preset_names
+from tuner.cli.args import CliError, parse_pins, parse_value, spec_from_args
+from tuner.output.files import BEST_DIR
+from tuner.setup import Setup, prepare
+from tuner.spec import SPEC_FILE, ExperimentSpec
+
+
+def check_before_launch(spec: ExperimentSpec, *, planning: bool = False) -> list[str]:
+    """Everything that can be checked without starting Ray; returns notes for a plan (what
+    would be an error for ``run``, such as too few GPUs here, is a note for ``plan``)."""
+    from tuner.run.cluster import check_address, check_joining, local_gpu_count
+
+    setup = prepare(spec)
+    base = setup.space.baseline()
+    problems = setup.space.validate(base)
+    if problems:
+        raise CliError(f"the baseline is invalid: {problems[0]}")
+    problems = spec.workload.checks(list(knobs.CATALOGUE))
+    if problems:
+        raise CliError(problems[0])
+    notes = []
+    node_gpus = spec.gpus_per_trial or local_gpu_count(spec)
+    shortfall = spec.workload.gpu_shortfall(node_gpus)
+    if shortfall and not planning:
+        raise CliError(shortfall)
+    if shortfall:
+        notes.append(f"planned as given, but this machine has fewer GPUs: {shortfall}")
+    if spec.screen is not None:
+        from tuner.run.screen import screen_shape
+
+        if not screenable(spec.workload):
+            raise CliError("--screen proxy screens for a server workload: give --model")
+        screen_shape(spec)
+    check_joining(spec)
+    if spec.address is not None and not planning:
+        check_address(spec.address)
+    return notes
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tuner.run import experiment
+
+    if args.resume:
+        folder = Path(args.resume).resolve()
+        spec = ExperimentSpec.load(folder).model_copy(update={"out_dir": folder})
+        from tuner.run.fit import started
+
+        if not started(folder):
+            raise CliError(f"{args.resume}: the experiment never started (no tuner.pkl)")
+        resume = True
+    else:
+        spec = spec_from_args(args)
+        if (spec.out_dir / SPEC_FILE).exists():
+            raise CliError(f"{spec.out_dir} already holds an experiment: use --resume "
+                           f"{spec.out_dir} or another --out")
+        resume = False
+    check_before_launch(spec)
+    if spec.address is not None and args.address is None and not args.resume:
+        print(f"Ray: joining the cluster at {spec.address} (from RAY_ADDRESS)", flush=True)
+    if spec.screen is not None:
+        from tuner.run.screen import run_screened
+
+        outcome = run_screened(spec, resume=resume)
+    else:
+        outcome = experiment.run(spec, resume=resume)
+    return 130 if outcome.interrupted else 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """What ``run`` would launch, through the same search stack, launching nothing."""
+    from tuner.search.build import build_search, proposals
+
+    spec = spec_from_args(args)
+    notes = check_before_launch(spec, planning=True)
+    setup = prepare(spec)
+    stack = build_search(setup.space, setup.objective, search=spec.search,
+                         stage_search=spec.stage_search, samples=spec.samples, seed=spec.seed,
+                         failure_aware=spec.failure_aware, max_concurrent=1, out_dir=None,
+                         points=spec.points or None)
+    port = spec.workload.port or spec.workload.production_port or 30000
+    if not args.json:
+        for note in [*notes, *stack.notes]:
+            print(f"# {note}")
+        if spec.search in ("staged", "optuna"):
+            print(f"# {spec.search}: later proposals depend on measured results; shown as "
+                  "proposed before any result (staged: earlier stages' winners = baseline)")
+    for index, (trial_id, config) in enumerate(proposals(stack, stack.num_samples)):
+        reasons = setup.space.validate(config)
+        plan = setup.workload.plan(config, setup.context(trial_id, port=port))
+        stage = stack.stage_of(trial_id)
+        warnings = setup.space.warnings(config)
+        entry: dict[str, Any] = {"index": index, "stage": stage, "config": config,
+                                 "argv": list(plan.argv), "env": dict(plan.env),
+                                 "unset_env": list(plan.unset_env), "valid": not reasons,
+                                 "reason": "; ".join(reasons) or None, "warnings": warnings,
+                                 "notes": list(plan.notes)}
+        if args.json:
+            print(json.dumps(entry, default=str))
+            continue
+        label = "baseline" if index == 0 else f"config {index}"
+        label += f" (stage {stage})" if stage else ""
+        print(f"# {label}" + ("" if not reasons else f"  INVALID: {entry['reason']}"))
+        for warning in warnings:
+            print(f"# warning: {warning}")
+        for key, value in sorted(plan.env.items()):
+            print(f"{key}={shlex.quote(value)} \\")
+        print(" ".join(shlex.quote(a) for a in plan.argv))
+        print()
+    if setup.dropped and not args.json:
+        print(f"# not modelled by the {setup.workload.kind} workload: {', '.join(setup.dropped)}")
+    return 0
+
+
+def load_setup(folder: Path) -> Setup:
+    # The folder as given wins over the path saved in it (a copied or moved experiment).
+    return prepare(ExperimentSpec.load(folder).model_copy(update={"out_dir": folder.resolve()}))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """The summary, and DIR/report.html + DIR/plots/*.png + DIR/best/report.md from disk."""
+    from tuner.output import confirm_text
+    from tuner.output.results import search_rows, summary_lines, write_table
+    from tuner.run.finish import ReportError, decision_data, write_reports
+
+    setup = load_setup(Path(args.dir))
+    df = write_table(setup.out_dir, setup.objective, setup.space.baseline())
+    if df.empty:
+        raise CliError(f"{args.dir}: no trial has been recorded yet")
+    for line in summary_lines(search_rows(df), setup.objective, list(setup.space.domains)):
+        print(line)
+    data = confirm_text.load(setup.out_dir) or decision_data(setup, df, "no confirm stage ran")
+    for line in confirm_text.lines(data):
+        print(line)
+    try:
+        written = write_reports(setup, df, data)
+    except ReportError as err:
+        print(f"servetune: {err}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    plots = sorted((setup.out_dir / "plots").glob("*.png"))
+    print(f"wrote {len(plots)} plots in {setup.out_dir / 'plots'}: "
+          f"{', '.join(p.name for p in plots)}")
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from tuner.output.exports import LAUNCH
+
+    folder = Path(args.dir)
+    load_setup(folder)
+    script = folder / BEST_DIR / LAUNCH
+    if not script.exists():
+        raise CliError(f"{folder}: no best configuration yet")
+    print(script.read_text(), end="")
+    return 0
+
+
+def given_config(args: argparse.Namespace) -> dict[str, knobs.Value] | None:
+    """``servetune profile --config JSON|@file --pin NAME=VALUE``: knob name -> value."""
+    if not args.config and not args.pin:
+        return None
+    config: dict[str, knobs.Value] = {}
+    if args.config:
+        text = args.config
+        if text.startswith("@"):
+            try:
+                text = Path(text[1:]).read_text()
+            except OSError as err:
+                raise CliError(f"--config {args.config}: {err.strerror or err}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise CliError(f"--config: not JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise CliError("--config: expected a JSON object of knob name -> value")
+        for name, value in data.items():
+            try:
+                canonical = knobs.canonical_name(str(name))
+            except knobs.UnknownKnob as err:
+                raise CliError(f"--config: {err}") from None
+            config[canonical] = parse_value(canonical, value) if isinstance(value, str) else value
+    config.update(parse_pins(args.pin))
+    return config
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from tuner.run import profile
+
+    setup = load_setup(Path(args.dir))
+    if args.steps < 1:
+        raise CliError("--steps: at least 1")
+    targets = profile.experiment_targets(setup, given_config(args), args.label,
+                                         baseline=not args.no_baseline)
+    if not targets:
+        raise CliError(f"{setup.out_dir}: nothing to profile (no best.json): give --config "
+                       "or --pin")
+    for target in targets:
+        problems = setup.space.validate(target.config)
+        if problems:
+            raise CliError(f"{target.label}: {problems[0]}")
+    doc = profile.profile_experiment(setup, targets, steps=args.steps)
+    return 0 if any(e["status"] == "ok" for e in doc["entries"]) else 1
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    for name in preset_names():
+        space = load(name)
+        valid = space.valid_size()
+        stages = f", {len(space.stages)} stages" if space.stages else ""
+        print(f"{name:<18} {space.size:>7} points ({valid if valid is not None else '?'} valid)"
+              f"{stages}: {' '.join(space.description.split())}")
+        print(f"{'':<18} knobs: {', '.join(space.domains)}; pinned: "
+              f"{', '.join(f'{k}={v}' for k, v in space.pins.items()) or 'none'}")
+    return 0

@@ -1,0 +1,253 @@
+"""Which configuration wins: the confirm stage's statistics and verdicts (no Ray, no launches;
+``tuner.run.confirm`` runs the launches).
+
+Confirm: the top k configurations of the search and the baseline each run R more times as
+fresh launches, in interleaved order (top 1, top 2, ..., baseline, top 1, ...) so that drift
+hits all alike, with no early stopping. Each launch's score is the mean of its rounds; the R
+scores give a mean and a 95% confidence interval (Student's t). A configuration is declared
+the winner only if its whole interval is better than the baseline's whole interval;
+otherwise the decision is the default settings, said plainly.
+
+Speculative reference: when the workload's base arguments turn speculative decoding on, one
+more launch of the decided communication settings runs with it off; ``speculative_verdict``
+says whether speculative decoding pays off on this machine at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from search_spaces.knobs import SPECULATIVE_KNOBS, Value
+from tuner.decide.decision import Decision
+from tuner.output.results import best_row, search_rows
+from tuner.spec import Objective
+from tuner.stats import Interval, clears, finite, interval
+
+# ---------------------------------------------------------------- what to confirm
+
+
+@dataclass
+class Candidate:
+    label: str  # "baseline", "top 1", ...
+    config: dict[str, Value]
+    source_trial: str | None  # the search trial it comes from
+    search_score: float | None
+
+
+def _key(config: Mapping[str, Any]) -> str:
+    return json.dumps(dict(config), sort_keys=True, default=str)
+
+
+def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
+               baseline: Mapping[str, Value], mode: str, top: int) -> list[Candidate]:
+    """The baseline, then the best ``top`` distinct non-baseline configs that completed every
+    round of the search."""
+    search = search_rows(df)
+    base_rows = search[search["baseline"]] if not search.empty else search
+    base_id = str(base_rows["trial_id"].iloc[0]) if len(base_rows) else None
+    out = [Candidate("baseline", dict(baseline), base_id,
+                     finite(base_rows["score"].iloc[0]) if len(base_rows) else None)]
+    if search.empty:
+        return out
+    done = search[(search["status"] == "ok") & search["score"].notna() & ~search["baseline"]]
+    seen = {_key(baseline)}
+    for _, row in done.sort_values("score", ascending=mode == "min").iterrows():
+        config = dict(configs.get(str(row["trial_id"]), {}))
+        if not config or _key(config) in seen:
+            continue
+        seen.add(_key(config))
+        out.append(Candidate(f"top {len(out)}", config, str(row["trial_id"]), finite(row["score"])))
+        if len(out) > top:
+            break
+    return out
+
+
+# ---------------------------------------------------------------- the order of the launches
+
+
+def interleaved(cands: Sequence[Candidate], repeats: int
+                ) -> tuple[list[dict[str, Value]], list[str], list[int]]:
+    """Points, labels and candidate index per point: repeat 1 of every candidate, then 2..."""
+    points, labels, owner = [], [], []
+    for r in range(repeats):
+        for i, c in enumerate([*cands[1:], cands[0]]):  # the baseline last in each round
+            points.append(dict(c.config))
+            labels.append(f"{c.label} {r + 1}/{repeats}")
+            owner.append((i + 1) % len(cands))
+    return points, labels, owner
+
+
+# ---------------------------------------------------------------- statistics and the verdict
+
+
+def _rows(df: pd.DataFrame, ids: Sequence[str]) -> pd.DataFrame:
+    return df[df["trial_id"].isin(list(ids))] if not df.empty else df
+
+
+def _column(rows: pd.DataFrame, name: str) -> list[float | None]:
+    if name not in rows:
+        return []
+    return [finite(v) for v in rows[name]]
+
+
+def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame) -> dict[str, Any]:
+    rows = _rows(df, ids)
+    ok = rows[(rows["status"] == "ok") & rows["score"].notna()] if len(rows) else rows
+    failed = rows[rows["status"] == "failed"] if len(rows) else rows
+    return {
+        "label": cand.label, "source_trial": cand.source_trial, "search_score": cand.search_score,
+        "config": cand.config, "trials": list(ids), "scores": _column(ok, "score"),
+        "failed": [{"trial_id": str(r["trial_id"]), "kind": r.get("failure_kind")}
+                   for _, r in failed.iterrows()],
+        "objective": interval(_column(ok, "score")).to_json(),
+        "verify_ms": interval(_column(ok, "verify_ms")).to_json(),
+    }
+
+
+def _iv(entry: Mapping[str, Any], key: str = "objective") -> Interval:
+    return entry_interval(entry, key)
+
+
+def _fmt(iv: Interval) -> str:
+    return iv.text()
+
+
+def decide_confirmed(entries: Sequence[Mapping[str, Any]], metric: str, mode: str,
+                     repeats: int) -> Decision:
+    """The winner, only when its interval clears the baseline's (``attach`` then fills in
+    the chosen candidate's config)."""
+    base = entries[0]
+    base_iv = _iv(base)
+    if base_iv.low is None:
+        return Decision("unconfirmed", f"the baseline completed {base_iv.n} of {repeats} "
+                        "confirm launches, too few for a confidence interval: nothing can be "
+                        "declared better than it")
+    winners = [e for e in entries[1:] if not e["failed"] and clears(_iv(e), base_iv, mode)]
+    if not winners:
+        return Decision("default", f"No configuration beat the default beyond noise: the "
+                        f"baseline's {metric} is {_fmt(base_iv)} and no candidate's 95% "
+                        f"interval clears it over {repeats} fresh launches each. Keep the "
+                        "default settings.", "baseline")
+    pick = max if mode == "max" else min
+    best = pick(winners, key=lambda e: _iv(e).mean or 0.0)
+    best_iv = _iv(best)
+    ratio = Objective(metric, mode, 1).speedup(best_iv.mean or 0.0, base_iv.mean or 0.0)
+    return Decision("confirmed", f"{best['label']} ({best['source_trial']}) beats the default "
+                    f"beyond noise: {metric} {_fmt(best_iv)} against {_fmt(base_iv)} for the "
+                    f"baseline ({ratio:.3f}x), 95% intervals over {repeats} fresh launches each",
+                    best["label"])
+
+
+def speculative_verdict(with_iv: Interval | None, with_score: float | None,
+                        ref: Mapping[str, Any] | None, metric: str, mode: str
+                        ) -> dict[str, Any]:
+    """Does speculative decoding pay off? ``with_*``: the decided settings with it on (an
+    interval over confirm launches, or one search score); ``ref``: the row of the run
+    without it."""
+    data: dict[str, Any] = {"reference_trial": ref.get("trial_id") if ref else None,
+                            "without": None, "with": with_score, "pays_off": None}
+    if with_iv is not None and with_iv.mean is not None:
+        data["with"] = with_iv.mean
+        data["with_interval"] = with_iv.to_json()
+    if ref is None or ref.get("status") != "ok" or finite(ref.get("score")) is None:
+        kind = (ref or {}).get("failure_kind") or (ref or {}).get("status") or "not run"
+        data["text"] = (f"the reference run without speculative decoding did not complete "
+                        f"({kind}): no verdict on speculative decoding")
+        return data
+    without = finite(ref.get("score"))
+    assert without is not None
+    data["without"] = without
+    if data["with"] is None:
+        data["text"] = (f"without speculative decoding: {metric} {without:.4g}; the run with it "
+                        "has no score to compare")
+        return data
+    with_value = float(data["with"])
+    better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+    both = f"{metric} {with_value:.4g} with it against {without:.4g} without"
+    if with_iv is not None and with_iv.low is not None and with_iv.high is not None:
+        low, high = (with_iv.low, with_iv.high)
+        if better(low if mode == "max" else high, without):
+            data["pays_off"] = True
+            data["text"] = f"Speculative decoding pays off here: {both} (outside the 95% interval)"
+        elif better(without, high if mode == "max" else low):
+            data["pays_off"] = False
+            data["text"] = (f"Speculative decoding does NOT pay off here: {both}; serve "
+                            "without it")
+        else:
+            data["text"] = (f"Speculative decoding makes no clear difference here: {both} "
+                            "(inside the 95% interval)")
+        return data
+    data["pays_off"] = better(with_value, without)
+    verdict = "pays off" if data["pays_off"] else "does NOT pay off"
+    data["text"] = f"Speculative decoding {verdict} here: {both} (single runs, not noise-checked)"
+    return data
+
+
+def unconfirmed(df: pd.DataFrame, cands: Sequence[Candidate], repeats: int, mode: str
+                ) -> Decision:
+    """The decision when no confirm stage decided: the search's best, unchecked against
+    noise, or the default when the baseline was not beaten in the search."""
+    best = next((c for c in cands[1:]), None)
+    search = search_rows(df)
+    base_ok = len(search) and bool(((search["baseline"]) & (search["status"] == "ok")).any())
+    why = "--confirm 0" if repeats == 0 else "nothing to confirm"
+    if best is None:
+        if base_ok:
+            return attach(Decision("default", f"only the baseline completed the search ({why})",
+                                    "baseline"), cands)
+        return Decision("none", "no trial completed every round")
+    base = cands[0].search_score
+    if base is not None and best.search_score is not None and base_ok and not (
+            best.search_score > base if mode == "max" else best.search_score < base):
+        return attach(Decision(
+            "default", f"no configuration beat the baseline in the search ({best.label} "
+            f"{best.search_score:.4g} against {base:.4g}; {why}): keep the default settings",
+            "baseline"), cands)
+    score = "" if best.search_score is None else f" at {best.search_score:.4g}" + (
+        f" against {base:.4g} for the baseline" if base else "")
+    return attach(Decision("unconfirmed", f"{best.label} ({best.source_trial}) is the search's "
+                            f"best{score}, not checked against noise ({why})", best.label),
+                   cands)
+
+
+def attach(decision: Decision, cands: Sequence[Candidate]) -> Decision:
+    """The decision with its candidate's config and source trial filled in (an unconfirmed
+    decision with no label takes the search's best)."""
+    chosen = next((c for c in cands if c.label == decision.label), None)
+    if decision.kind == "unconfirmed" and chosen is None and len(cands) > 1:
+        chosen = cands[1]
+    decision.config = dict(chosen.config) if chosen else None
+    decision.source_trial = chosen.source_trial if chosen else None
+    decision.label = chosen.label if chosen else None
+    return decision
+
+
+def search_decision(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
+                    objective: Objective, why: str) -> Decision:
+    """The search's best, unconfirmed (no confirm stage ran)."""
+    row = best_row(search_rows(df), objective)
+    if row is None:
+        return Decision("none", "no trial completed every round: no configuration to recommend")
+    tid = str(row["trial_id"])
+    return Decision("unconfirmed", f"{tid} is the search's best ({objective.metric} "
+                    f"{row['score']:.4g}, {row['speedup']:.3f}x the baseline), not checked "
+                    f"against noise ({why})", "top 1", dict(configs.get(tid, {})), tid)
+
+
+def without_speculative_knobs(config: Mapping[str, Value]) -> dict[str, Value]:
+    return {k: (None if k in SPECULATIVE_KNOBS else v) for k, v in config.items()}
+
+
+def search_score(df: pd.DataFrame, trial_id: str | None) -> float | None:
+    rows = df[df["trial_id"] == trial_id] if trial_id and not df.empty else df.iloc[0:0]
+    return finite(rows["score"].iloc[0]) if len(rows) else None
+
+
+def entry_interval(entry: Mapping[str, Any], key: str = "objective") -> Interval:
+    """A confirm entry's interval (``objective`` or ``verify_ms``) from confirm.json."""
+    return Interval(**entry[key])

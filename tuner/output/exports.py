@@ -1,0 +1,114 @@
+"""Exports of the decided configuration, in DIR/best/:
+
+- ``launch.sh``: the env exports and the server argv, runnable as is;
+- ``env``: the same env as a dotenv file;
+- ``nccl-tuner.csv``: rules for NCCL's example tuner plugin (``tuner.output.tuner_csv``);
+- ``report.md``: what was searched, how, the decision with its evidence, failures by kind.
+
+and DIR/best.json (machine-readable).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from launchers.base import LaunchPlan
+from tuner.decide.decision import Decision
+from tuner.output.files import BEST_DIR, BEST_JSON, read_json, write_json
+from tuner.output.tuner_csv import tuner_csv, tuner_rule
+from tuner.setup import Setup
+
+LAUNCH = "launch.sh"
+ENV = "env"
+TUNER_CSV = "nccl-tuner.csv"
+REPORT_MD = "report.md"
+
+# ---------------------------------------------------------------- launch.sh and env
+
+
+def dotenv_value(value: str) -> str:
+    """Bare when safe, else double-quoted: readable by dotenv loaders, systemd and a shell's
+    ``set -a; . env`` alike (``;`` in NCCL_ALGO=allreduce:tree;allgather:ring needs quotes)."""
+    if value and all(c.isalnum() or c in "._-:/,^" for c in value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def write_launch(folder: Path, plan: LaunchPlan) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / LAUNCH
+    script.write_text(plan.shell_script())
+    os.chmod(script, 0o755)
+    return script
+
+
+def write_env(folder: Path, plan: LaunchPlan) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ENV
+    path.write_text("".join(f"{k}={dotenv_value(v)}\n" for k, v in sorted(plan.env.items())))
+    return path
+
+
+# ---------------------------------------------------------------- best.json and best/
+
+
+def _trial_effective(out: Path, trial_id: str | None) -> dict[str, Any] | None:
+    data = read_json(out / trial_id / "effective.json") if trial_id else None
+    return data if isinstance(data, dict) else None
+
+
+def _ranks(df: pd.DataFrame, trial_id: str | None, setup: Setup) -> int | None:
+    rows = df[df["trial_id"] == trial_id] if trial_id and "nccl_nranks" in df else df.iloc[0:0]
+    if len(rows):
+        value = rows["nccl_nranks"].iloc[0]
+        if value == value and value is not None:
+            return int(value)
+    return setup.spec.workload.tp_ranks() or setup.gpus_per_trial or None
+
+
+def export(setup: Setup, decision: Decision, df: pd.DataFrame,
+           confirm_data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Write best.json and DIR/best/* for the decided configuration; None when there is none."""
+    config = decision.config
+    if config is None:
+        return None
+    out = setup.spec.out_dir
+    tid = decision.source_trial
+    plan = setup.production_plan(config, out / BEST_DIR)
+    rows = df[df["trial_id"] == tid] if tid is not None and not df.empty else df.iloc[0:0]
+    row = rows.iloc[0] if len(rows) else None
+    search = df[(df["baseline"]) & (df.get("phase", "search") == "search")] if not df.empty \
+        else df
+    entry = next((e for e in (confirm_data or {}).get("entries", [])
+                  if e["label"] == decision.label), None)
+    rule, notes = tuner_rule(config, _trial_effective(out, tid), _ranks(df, tid, setup))
+    best = {
+        "trial_id": tid, "metric": setup.objective.metric, "mode": setup.objective.mode,
+        "score": _float(row["score"]) if row is not None else None,
+        "speedup": _float(row["speedup"]) if row is not None else None,
+        "baseline_score": _float(search["score"].iloc[0]) if len(search) else None,
+        "decision": decision.kind, "label": decision.label, "evidence": decision.text,
+        "confirmed": entry["objective"] if entry else None,
+        "config": dict(config), "argv": list(plan.argv), "env": dict(plan.env),
+        "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
+        "nccl_tuner_rule": rule.csv_line() if rule else None,
+    }
+    write_json(out / BEST_JSON, best)
+    folder = out / BEST_DIR
+    write_launch(folder, plan)
+    write_env(folder, plan)
+    (folder / TUNER_CSV).write_text(tuner_csv(rule, notes, setup.spec.name))
+    return best
+
+
+def _float(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if out == out else None

@@ -1,0 +1,133 @@
+"""Which Ray a run uses, and what it holds.
+
+Without ``--address`` (and without ``RAY_ADDRESS``, which the CLI treats as ``--address``), a
+run always starts a private local Ray (``address="local"``): never a cluster that happens to
+be named by Ray's own leftovers on this machine (its ``ray_current_cluster`` file can name a
+dead cluster, and joining it hangs). Joining a cluster takes its resources as they are:
+``--num-gpus``/``--num-cpus`` are refused there (bad input, checked before anything starts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from launchers import gpu, process
+from tuner.spec import ExperimentSpec, SpecError
+
+ADDRESS_ENV = "RAY_ADDRESS"
+
+
+@dataclass
+class Cluster:
+    nodes: int
+    gpus_per_node: list[int]
+    dashboard_url: str | None
+    started_here: bool
+
+
+def check_address(address: str, timeout: float = 3.0) -> None:
+    """An unreachable address is bad input: fail before connecting (Ray would wait)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise SpecError(f"--address {address!r}: expected HOST:PORT")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as err:
+        raise SpecError(f"--address {address}: unreachable ({err.strerror or err})") from None
+
+
+def check_joining(spec: ExperimentSpec) -> None:
+    """Resources are declared only to a Ray this run starts."""
+    if spec.address is None:
+        return
+    declared = [flag for flag, value in (("--num-gpus", spec.num_gpus),
+                                         ("--num-cpus", spec.num_cpus)) if value is not None]
+    if declared:
+        raise SpecError(f"{' and '.join(declared)}: only for a Ray this run starts; the "
+                        f"cluster at {spec.address} has its own resources")
+
+
+def _tune_env(spec: ExperimentSpec) -> None:
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our own progress lines
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
+    # A failed trial is data: its kind and message get one progress line, the traceback
+    # stays in its folder (error.txt, failure.json) instead of filling the terminal.
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    # A reused trial actor waits this long for the previous trial's teardown (default 2 s).
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(int(spec.stop_grace) + 5))
+
+
+@contextlib.contextmanager
+def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
+    """Connect to ``spec.address`` or start a private local Ray (dashboard on 127.0.0.1, token
+    auth on). Ray processes started here carry the experiment's marker so that a crashed
+    run's leftovers can be reaped by the next ``--resume``."""
+    import ray
+
+    _tune_env(spec)
+    started_here = spec.address is None
+    saved = {k: os.environ.get(k) for k in (process.MARKER_ENV, process.OWNER_ENV, ADDRESS_ENV)}
+    try:
+        if started_here:
+            os.environ[process.MARKER_ENV] = f"{marker_prefix}ray"
+            os.environ[process.OWNER_ENV] = str(os.getpid())
+            os.environ.pop(ADDRESS_ENV, None)  # the private Ray's workers must not join another
+            info = ray.init(address="local", num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
+                            include_dashboard=spec.dashboard, dashboard_host="127.0.0.1",
+                            log_to_driver=False, logging_level=logging.WARNING)
+        else:
+            check_joining(spec)
+            check_address(str(spec.address))
+            info = ray.init(address=spec.address, log_to_driver=False,
+                            logging_level=logging.WARNING)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        gpus = [int(n.get("Resources", {}).get("GPU", 0)) for n in alive]
+        url = getattr(info, "dashboard_url", None) or None
+        yield Cluster(len(alive), gpus, f"http://{url}" if url else None, started_here)
+    finally:
+        ray.shutdown()
+        # Servers this experiment left on this host (the marker names this experiment's
+        # folder, so with --address nothing of other drivers is touched).
+        process.reap_all(marker_prefix)
+
+
+def gpus_per_trial(spec: ExperimentSpec, cluster: Cluster) -> int:
+    """All GPUs of a node (the smallest node with GPUs), or --gpus-per-trial."""
+    with_gpus = [g for g in cluster.gpus_per_node if g > 0]
+    if spec.gpus_per_trial is not None:
+        if not with_gpus or spec.gpus_per_trial > max(with_gpus):
+            raise SpecError(f"--gpus-per-trial {spec.gpus_per_trial}: no node has that many "
+                            f"GPUs (nodes: {cluster.gpus_per_node})")
+        return spec.gpus_per_trial
+    return min(with_gpus) if with_gpus else 0
+
+
+def trial_slots(cluster: Cluster, gpus: int) -> int:
+    """How many whole-node trials run at once: one per node that can hold one."""
+    if not gpus:
+        return 1
+    return max(1, sum(1 for g in cluster.gpus_per_node if g >= gpus))
+
+
+def local_gpu_count(spec: ExperimentSpec) -> int | None:
+    """GPUs a local run will see, known before Ray starts (None when joining a cluster)."""
+    if spec.address is not None:
+        return None
+    if spec.num_gpus is not None:
+        return spec.num_gpus
+    return gpu.device_count()

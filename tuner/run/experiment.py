@@ -1,0 +1,75 @@
+"""Runs (or resumes) an experiment: whole-node trials on Ray, the searcher stack with the
+baseline first, early stopping, then the confirm stage and the end-of-run outputs."""
+
+from __future__ import annotations
+
+from launchers import process
+from tuner.output.files import RUN_JSON, write_json
+from tuner.run import confirm, finish
+from tuner.run.cluster import gpus_per_trial as node_gpus_per_trial
+from tuner.run.cluster import ray_cluster, trial_slots
+from tuner.run.dashboard import login_lines, reuse_actors
+from tuner.run.finish import RunOutcome
+from tuner.run.fit import FitPlan, fit
+from tuner.run.progress import TrialLines
+from tuner.run.recorder import Recorder
+from tuner.run.trainable import make_trainable
+from tuner.search.build import build_scheduler, build_search
+from tuner.setup import Print, prepare, stdout_print
+from tuner.spec import ExperimentSpec
+
+
+def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_print) -> RunOutcome:
+    """Run (or resume) an experiment to the end and write its results into spec.out_dir."""
+    setup = prepare(spec)
+    out_dir = spec.out_dir.resolve()
+    spec.save()
+    if setup.dropped:
+        echo(f"not modelled by the {setup.workload.kind} workload, left at default: "
+             f"{', '.join(setup.dropped)}")
+    # Leftovers of a killed earlier run of this experiment (their owners are dead).
+    reaped = process.reap(setup.marker_prefix)
+    if reaped:
+        echo(f"reaped {len(reaped)} leftover processes of an earlier run of {spec.name}")
+    with ray_cluster(spec, setup.marker_prefix) as cluster:
+        gpus = node_gpus_per_trial(spec, cluster)
+        slots = trial_slots(cluster, gpus)
+        resources: dict[str, float] = {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
+        setup.gpus_per_trial = gpus
+        write_json(out_dir / RUN_JSON, {"nodes": cluster.nodes, "gpus_per_node":
+                                        cluster.gpus_per_node, "gpus_per_trial": gpus,
+                                        "trials_at_once": slots,
+                                        "dashboard_url": cluster.dashboard_url})
+        echo(f"{cluster.nodes} node(s), GPUs per node {cluster.gpus_per_node}; each trial holds "
+             f"{gpus or 'no'} GPU(s); at most {slots} trial(s) at once")
+        if cluster.dashboard_url:
+            for line in login_lines(cluster.dashboard_url):
+                echo(line)
+        echo(f"TensorBoard: tensorboard --logdir {out_dir}")
+        for note in setup.notes():
+            echo(note)
+        stack = build_search(setup.space, setup.objective, search=spec.search,
+                             stage_search=spec.stage_search, samples=spec.samples,
+                             seed=spec.seed, failure_aware=spec.failure_aware,
+                             max_concurrent=slots, out_dir=out_dir,
+                             points=spec.points or None)
+        for note in stack.notes:
+            echo(note)
+        recorder = Recorder(out_dir, setup.objective, setup.space.baseline(),
+                            feed=stack.filtering, stage_of=stack.stage_of)
+        reporter = TrialLines(setup.objective.metric, list(setup.space.domains), spec.rounds,
+                              stage_of=stack.stage_of)
+        outcome = fit(FitPlan(
+            name=out_dir.name, storage=out_dir.parent,
+            trainable=make_trainable(setup, spec, resources), objective=setup.objective,
+            search_alg=stack.search_alg, scheduler=build_scheduler(spec.scheduler,
+                                                                   setup.objective),
+            num_samples=stack.num_samples, callbacks=[recorder], reporter=reporter,
+            reuse_actors=reuse_actors(spec.reuse_actors, spec.dashboard)), resume=resume)
+        interrupted = outcome.interrupted
+        confirmed = None
+        if not interrupted:  # the confirm stage and the speculative reference
+            confirmed = confirm.run_stage(setup, resources, slots, echo=echo)
+            interrupted = bool(confirmed.get("interrupted"))
+    return finish.finish(setup, interrupted=interrupted, echo=echo, confirm_data=confirmed)
+

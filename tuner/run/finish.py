@@ -1,0 +1,127 @@
+"""End of a run: results.csv, the decision (confirmed, the default, or the search's best
+unconfirmed), best.json and the exports in best/, report.md and report.html, the summary.
+Everything here is read back from the experiment folder, so a resumed run ends the same way
+as one that never stopped."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tuner.decide.confirm import search_decision
+from tuner.decide.decision import Decision
+from tuner.output import confirm_text, exports, report
+from tuner.output.files import BEST_DIR, JOURNAL, RESULTS_CSV, RULED_OUT_JSON, read_journal, write_json
+from tuner.output.results import collect, configs, search_rows, summary_lines, write_table
+from tuner.run.profile import after_run
+from tuner.search.memory import FailureMemory
+from tuner.setup import Print, Setup
+
+log = logging.getLogger(__name__)
+
+
+class ReportError(RuntimeError):
+    pass
+
+
+@dataclass
+class RunOutcome:
+    out_dir: Path
+    table: pd.DataFrame
+    best: dict[str, Any] | None
+    interrupted: bool
+    lines: list[str]
+
+
+def table(setup: Setup, running: bool = False) -> pd.DataFrame:
+    return write_table(setup.out_dir, setup.objective, setup.space.baseline(), running)
+
+
+def ruled_out(setup: Setup) -> list[dict[str, Any]]:
+    """What the failure memory ruled out, rebuilt from the journal's ends in their order."""
+    if not setup.spec.failure_aware:
+        return []
+    trials = collect(setup.out_dir)
+    outcomes = []
+    for event in read_journal(setup.out_dir / JOURNAL):
+        tid = event.get("trial_id")
+        if event.get("event") != "end" or tid not in trials or trials[tid]["phase"] != "search":
+            continue
+        failure = event.get("failure") or {}
+        outcomes.append((str(tid), trials[tid]["config"],
+                         failure.get("kind") if event.get("status") == "failed" else None))
+    return FailureMemory.replay(setup.space.baseline(), outcomes).evidence()
+
+
+def decision_data(setup: Setup, df: pd.DataFrame, why: str) -> dict[str, Any]:
+    """confirm.json's shape when no confirm stage ran: the search's best, unconfirmed."""
+    decision = search_decision(df, configs(setup.out_dir), setup.objective, why)
+    return {"metric": setup.objective.metric, "mode": setup.objective.mode, "entries": [],
+            "decision": decision.to_json()}
+
+
+def write_reports(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
+                  ) -> list[Path]:
+    """best/report.md and report.html with its plots. A plotting error is reported, not raised:
+    the results and exports are already on disk."""
+    written = []
+    folder = setup.out_dir / BEST_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    md = folder / exports.REPORT_MD
+    md.write_text(report.markdown(report.facts(setup, df, confirm_data)))
+    written.append(md)
+    try:
+        written.append(report.render(setup, df, confirm_data))
+    except Exception as err:  # a plot that cannot be drawn must not lose the run's summary
+        log.exception("report.html")
+        raise ReportError(f"report.html could not be written: {err!r}") from err
+    return written
+
+
+def finish(setup: Setup, *, interrupted: bool, echo: Print,
+           confirm_data: Mapping[str, Any] | None = None) -> RunOutcome:
+    out: Path = setup.out_dir
+    df = table(setup)
+    lines = summary_lines(search_rows(df), setup.objective, list(setup.space.domains))
+    evidence = ruled_out(setup)
+    if evidence:
+        write_json(out / RULED_OUT_JSON, evidence)
+        lines.append("ruled out after repeated failures: " + "; ".join(
+            f"{e['knob']}={e['value']} ({e['kind']}: {', '.join(e['trials'])})"
+            for e in evidence))
+    if confirm_data is None:
+        why = "the run was interrupted before the confirm stage" if interrupted \
+            else "no confirm stage ran"
+        confirm_data = decision_data(setup, df, why)
+    decision = Decision.from_json(confirm_data.get("decision")) or Decision("none", "")
+    best = exports.export(setup, decision, df, confirm_data) if decision.config else None
+    if confirm_data.get("entries") or confirm_data.get("speculative"):
+        lines += ["", *confirm_text.lines(confirm_data)]
+    elif decision.text:
+        lines.append(f"decision: {decision.text}")
+    echo("")
+    for line in lines:
+        echo(line)
+    if best is not None:
+        echo(f"chosen: {decision.label} ({best['trial_id']}, {decision.kind}); "
+             f"launch it with {out / BEST_DIR / exports.LAUNCH}")
+        echo(f"exports: {out / BEST_DIR}/ ({exports.LAUNCH}, {exports.ENV}, "
+             f"{exports.TUNER_CSV}, {exports.REPORT_MD})")
+    else:
+        echo("no trial completed every round: no best configuration")
+    try:
+        for path in write_reports(setup, df, confirm_data):
+            if path.suffix == ".html":
+                echo(f"report: {path}")
+    except ReportError as err:
+        echo(str(err))
+    if interrupted:
+        echo(f"interrupted: finish it with  servetune run --resume {out}")
+    echo(f"results: {out / RESULTS_CSV}")
+    after_run(setup, interrupted=interrupted, echo=echo)  # run --profile
+    return RunOutcome(out, df, best, interrupted, lines)

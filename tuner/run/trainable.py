@@ -1,0 +1,85 @@
+"""The Ray Tune trainable: one whole-node trial of the experiment's workload.
+
+Its name (``servetune_trial``, see ``tuner.run.dashboard``) is what the Ray dashboard lists
+for trial actors; ``Tuner.restore`` needs the same name on resume."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from launchers import process
+from launchers.base import TrialContext
+from tuner.run.dashboard import named_trainable
+from tuner.run.lifecycle import Limits
+from tuner.setup import Setup, prepare
+from tuner.spec import ExperimentSpec
+
+
+def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
+    """One trial inside Ray: the context from Ray (trial id, GPUs, node), then ``run_trial``."""
+    import ray
+    from ray import tune
+
+    from tuner.run.trial import resolve_port, run_trial
+
+    spec = ExperimentSpec.model_validate_json(spec_json)
+    setup = prepare(spec)
+    trial_id = tune.get_context().get_trial_id()
+    if trial_id is None:
+        raise RuntimeError("servetune_trial runs only inside a Ray Tune trial")
+    # Artifacts go straight into the experiment folder (Ray's own trial folder has the same
+    # name): Ray's working dir is a staging copy that is synced late or not at all.
+    ctx = TrialContext(spec.marker_id, trial_id, spec.out_dir.resolve() / trial_id,
+                       tuple(str(g) for g in ray.get_gpu_ids()),
+                       resolve_port(spec.workload.port), spec.seed)
+    node_id = ray.get_runtime_context().get_node_id()
+
+    def report(metrics: dict[str, Any]) -> None:
+        # Which node ran the trial (nodes of one host share an IP): a column of results.csv.
+        tune.report({**metrics, "node_id": node_id})
+
+    guard = ExitGuard(ctx.marker, spec.stop_grace)
+    atexit.register(guard)
+    try:
+        run_trial(config, space=setup.space, workload=setup.workload, ctx=ctx,
+                  rounds=spec.rounds, report=report, limits=limits_of(spec),
+                  experiment_prefix=setup.marker_prefix, stopping=guard.stopping)
+    finally:
+        guard.done.set()
+        atexit.unregister(guard)
+
+
+def limits_of(spec: ExperimentSpec) -> Limits:
+    return Limits(spec.workload.ready_timeout, spec.stop_grace, spec.gpu_clean_timeout)
+
+
+def make_trainable(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float]) -> type:
+    """The trainable class for ``spec`` (the experiment's, or its reference variant):
+    actors listed as servetune_trial, repr "<experiment>/<trial id>"."""
+    return named_trainable(servetune_trial, resources, setup.spec.name,
+                           spec_json=spec.model_dump_json())
+
+
+class ExitGuard:
+    """Ray ends a stopped trial's worker process without waiting for the trial's own
+    ``finally`` (its cleanup does not wait for the training thread), and then kills the
+    worker's children. Python still runs atexit handlers on that exit: this one stops the
+    trial's server tree by its marker (setsid grandchildren too) and gives the trial a few
+    seconds to record itself, so a stopped trial leaves its folder complete and its node
+    free before the next trial starts there."""
+
+    def __init__(self, marker: str, grace: float) -> None:
+        self.marker = marker
+        self.grace = grace
+        self.stopping = threading.Event()
+        self.done = threading.Event()
+
+    def __call__(self) -> None:
+        if self.done.is_set():
+            return
+        self.stopping.set()
+        process.reap_all(self.marker, grace=self.grace, exact=True)
+        self.done.wait(timeout=self.grace + 5.0)

@@ -1,0 +1,148 @@
+"""FilteringSearcher: wraps ANY searcher (as Ray's ConcurrencyLimiter does): completes its
+suggestions with the pins, re-asks when a suggestion is invalid or ruled out by the failure
+memory (the inner searcher is told that suggestion failed), and answers repeats of
+already-measured configs from what was measured instead of launching them again."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ray.tune.search import Searcher
+
+from search_spaces.knobs import Value
+from search_spaces.space import SearchSpace
+from tuner.search.base import OwnSpaceSearcher
+from tuner.search.keys import Config, config_key
+from tuner.search.memory import FailureMemory
+
+log = logging.getLogger(__name__)
+
+
+class FilteringSearcher(OwnSpaceSearcher):
+    """Wraps a searcher: pins, validation, failure memory and repeat answering."""
+
+    def __init__(self, searcher: Searcher, space: SearchSpace, *,
+                 memory: FailureMemory | None = None, pass_invalid: bool = False,
+                 max_attempts: int = 50,
+                 on_reject: Callable[[dict[str, Any]], None] | None = None) -> None:
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+        self.searcher = searcher
+        self.space = space
+        self.memory = memory
+        self.pass_invalid = pass_invalid
+        self.max_attempts = max_attempts
+        self.on_reject = on_reject
+        self.inner_id: dict[str, str] = {}
+        self.scores: dict[str, float] = {}  # config key -> measured metric
+        self.config_of: dict[str, Config] = {}
+        self.rejected: list[dict[str, Any]] = []
+        self.launched: set[str] = set()
+        self.failed: set[str] = set()  # config keys that ended with no measurement
+        self.fallback_trials: set[str] = set()
+        self.rng = random.Random(0)
+
+    _transient = ("on_reject",)
+
+    # Ray saves wrappers (objects with a ``searcher``) by get_state/set_state and the
+    # innermost searcher by save/restore.
+    def get_state(self) -> dict[str, Any]:
+        skip = ("searcher", "on_reject", "space")
+        return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in skip})
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        memory = state.pop("memory", None)
+        if memory is not None and self.memory is not None:
+            self.memory.__dict__.update(memory.__dict__)
+        self.__dict__.update(state)
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
+                              **spec: Any) -> bool:
+        ok = self.searcher.set_search_properties(metric, mode, config, **spec)
+        self._metric, self._mode = self.searcher.metric, self.searcher.mode
+        return bool(ok)
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        return bool(self.searcher.set_max_concurrency(max_concurrent))
+
+    def suggest(self, trial_id: str) -> Config | None:
+        for attempt in range(self.max_attempts):
+            inner_id = trial_id if attempt == 0 else f"{trial_id}~{attempt}"
+            suggestion = self.searcher.suggest(inner_id)
+            if suggestion is None or suggestion == Searcher.FINISHED:
+                return suggestion
+            config = self.space.complete(suggestion)
+            key = config_key(config)
+            reasons = [] if self.pass_invalid else self.space.validate(config)
+            ruled = self.memory.ruled_out(config) if self.memory else []
+            if not reasons and not ruled and key in self.launched:
+                if key in self.scores and self.metric:
+                    # Already measured: answer from the measurement instead of relaunching.
+                    self.searcher.on_trial_complete(inner_id,
+                                                    result={self.metric: self.scores[key]})
+                elif key in self.failed:  # it ended without a measurement: so does the repeat
+                    self.searcher.on_trial_complete(inner_id, error=True)
+                continue  # (still running: left open rather than told a made-up result)
+            if reasons or ruled:
+                self._reject(config, reasons, ruled)
+                self.searcher.on_trial_complete(inner_id, error=True)
+                continue
+            self.inner_id[trial_id] = inner_id
+            return self._launch(trial_id, config)
+        # The inner searcher keeps proposing what cannot run (Optuna's TPE ignores failed
+        # trials): a random valid point keeps the search going, and is told to it afterwards.
+        for _ in range(2000):
+            config = self.space.sample(self.rng)
+            if config_key(config) in self.launched or self.space.validate(config) or (
+                    self.memory and self.memory.ruled_out(config)):
+                continue
+            log.info("%s: random fallback after %d rejected suggestions", trial_id,
+                     self.max_attempts)
+            self.fallback_trials.add(trial_id)
+            return self._launch(trial_id, config)
+        log.warning("no new configuration after %d attempts: the search ends here",
+                    self.max_attempts)
+        return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _launch(self, trial_id: str, config: Config) -> Config:
+        self.config_of[trial_id] = config
+        self.launched.add(config_key(config))
+        return config
+
+    def _reject(self, config: Config, reasons: list[str], ruled: list[str]) -> None:
+        entry = {"config": config, "invalid": reasons, "ruled_out": ruled}
+        self.rejected.append(entry)
+        if self.on_reject:
+            self.on_reject(entry)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self.inner_id:
+            self.searcher.on_trial_result(self.inner_id[trial_id], result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+                          error: bool = False) -> None:
+        config = self.config_of.get(trial_id)
+        value = None
+        if config is not None and not error and result and self.metric in result:
+            value = float(result[self.metric])
+            self.scores[config_key(config)] = value
+        elif config is not None:
+            self.failed.add(config_key(config))
+        inner = self.inner_id.pop(trial_id, None)
+        if inner is not None:
+            self.searcher.on_trial_complete(inner, result=result, error=error)
+        elif trial_id in self.fallback_trials and config is not None:
+            self.fallback_trials.discard(trial_id)
+            params = {n: config[n] for n in self.space.domains}
+            with contextlib.suppress(NotImplementedError):
+                self.searcher.add_evaluated_point(params, value if value is not None else 0.0,
+                                                  error=value is None)
+
+    def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None) -> None:
+        """Called by the results recorder with each finished trial's failure kind."""
+        if self.memory is not None:
+            self.memory.record(config, trial_id, kind)

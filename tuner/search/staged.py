@@ -1,0 +1,132 @@
+"""StagedSearcher: the space's stages in order, each searched with the winners of the earlier
+stages pinned; the history of winners is written to stages.json as each stage ends."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ray.tune.search import Searcher
+
+from search_spaces.space import SearchSpace, Stage
+from tuner.output.files import write_json
+from tuner.search.base import OwnSpaceSearcher
+from tuner.search.keys import Config
+
+
+class StagedSearcher(OwnSpaceSearcher):
+    """Stages in order; stage k searches its knobs with earlier winners pinned.
+
+    The baseline runs first. A stage's budget is its ``samples`` (or the total split
+    evenly). Suggestions wait (None) until a stage's trials have all finished, so its
+    winner is known before the next stage starts."""
+
+    def __init__(self, space: SearchSpace, total_samples: int, rounds: int,
+                 make_inner: Callable[[SearchSpace, int, str | None], Searcher], seed: int = 0,
+                 metric: str | None = None, mode: str | None = None,
+                 history_file: Path | None = None) -> None:
+        super().__init__(metric=metric, mode=mode)
+        self.history_file = history_file  # stages.json: each stage's winner as it is known
+        self.space = space
+        self.rounds = rounds
+        self.make_inner = make_inner
+        self.seed = seed
+        stages = space.stages or (Stage("all", tuple(space.domains)),)
+        self.stages = tuple(s for s in stages if s.knobs)
+        free = max(total_samples - 1, len(self.stages))
+        unset = [s for s in self.stages if s.samples is None]
+        fixed = sum(s.samples or 0 for s in self.stages)
+        share = max(1, (free - fixed) // max(1, len(unset))) if unset else 0
+        self.budgets = [s.samples or share for s in self.stages]
+        self.stage_index = -1  # -1: the baseline
+        self.inner: Searcher | None = None
+        self.used = 0
+        self.live: set[str] = set()
+        self.stage_of: dict[str, str] = {}
+        self.config_of: dict[str, Config] = {}
+        self.values: dict[str, list[float]] = defaultdict(list)
+        self.winners: Config = space.baseline()
+        self.winner_trial: str | None = None
+        self.history: list[dict[str, Any]] = []
+
+    _transient = ("make_inner",)
+
+    @property
+    def current_stage(self) -> str:
+        return "baseline" if self.stage_index < 0 else self.stages[self.stage_index].name
+
+    def suggest(self, trial_id: str) -> Config | None:
+        if self.stage_index == -1 and not self.stage_of:
+            return self._launch(trial_id, self.space.baseline())
+        while True:
+            if self.stage_index >= 0 and self.used < self.budgets[self.stage_index]:
+                assert self.inner is not None
+                suggestion = self.inner.suggest(trial_id)
+                if suggestion is None:
+                    return None
+                if suggestion != Searcher.FINISHED:
+                    self.used += 1
+                    return self._launch(trial_id, {**self.winners, **suggestion})
+            if self.live:
+                return None  # the stage's winner is not known yet
+            if not self._advance():
+                return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _launch(self, trial_id: str, config: Config) -> Config:
+        self.live.add(trial_id)
+        self.stage_of[trial_id] = self.current_stage
+        self.config_of[trial_id] = config
+        return config
+
+    def _score(self, trial_id: str) -> tuple[int, float] | None:
+        values = self.values.get(trial_id)
+        if not values:
+            return None
+        mean = sum(values) / len(values)
+        sign = 1.0 if self.mode == "max" else -1.0
+        return (1 if len(values) >= self.rounds else 0, sign * mean)
+
+    def _advance(self) -> bool:
+        if self.stage_index >= 0 or self.stage_of:
+            self._pick_winner()
+        self.stage_index += 1
+        if self.stage_index >= len(self.stages):
+            return False
+        stage = self.stages[self.stage_index]
+        sub = self.space.stage_space(stage, self.winners)
+        self.inner = self.make_inner(sub, self.seed + self.stage_index, stage.search)
+        if self.metric and self.mode:
+            self.inner.set_search_properties(self.metric, self.mode, {})
+        self.used = 0
+        return True
+
+    def _pick_winner(self) -> None:
+        stage = self.current_stage
+        candidates = [t for t, s in self.stage_of.items() if s == stage]
+        if self.winner_trial:
+            candidates.append(self.winner_trial)
+        scored = [(sc, t) for t in candidates if (sc := self._score(t)) is not None]
+        if scored:
+            _, best = max(scored)
+            self.winner_trial = best
+            self.winners = dict(self.config_of[best])
+        self.history.append({"stage": stage, "winner": self.winner_trial,
+                             "config": dict(self.winners)})
+        if self.history_file is not None:
+            write_json(self.history_file, self.history)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if self.metric in result and trial_id in self.stage_of:
+            self.values[trial_id].append(float(result[self.metric]))
+        if self.inner is not None and self.stage_of.get(trial_id) == self.current_stage:
+            self.inner.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+                          error: bool = False) -> None:
+        self.live.discard(trial_id)
+        if error:
+            self.values.pop(trial_id, None)
+        if self.inner is not None and self.stage_of.get(trial_id) == self.current_stage:
+            self.inner.on_trial_complete(trial_id, result=result, error=error)

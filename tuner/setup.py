@@ -1,0 +1,84 @@
+"""Setup: everything an experiment derives from its spec without starting anything (the
+workload, the space it can search, the objective), shared by every room of the engine."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launchers.base import LaunchPlan, TrialContext, Workload
+from search_spaces import knobs
+from search_spaces.knobs import Value
+from search_spaces.space import SearchSpace, SpaceError, load
+from tuner.spec import ExperimentSpec, Objective
+
+RUN_INFO = "run.json"
+Print = Callable[[str], None]
+
+
+def stdout_print(line: str) -> None:
+    print(line, file=sys.stdout, flush=True)
+
+
+@dataclass
+class Setup:
+    """The experiment as the engine sees it."""
+
+    spec: ExperimentSpec
+    workload: Workload
+    space: SearchSpace
+    objective: Objective
+    dropped: list[str] = field(default_factory=list)
+    gpus_per_trial: int = 0  # known once Ray is up (run.json keeps it)
+
+    @property
+    def out_dir(self) -> Path:
+        return self.spec.out_dir
+
+    @property
+    def marker_prefix(self) -> str:
+        return f"{self.spec.marker_id}/"
+
+    def context(self, label: str, folder: Path | None = None, port: int | None = None
+                ) -> TrialContext:
+        """A trial context outside Ray (plan, notes, exports): GPUs as a trial holds them."""
+        gpus = tuple(str(i) for i in range(self.gpus_per_trial))
+        return TrialContext(self.spec.name, label, folder or self.out_dir / label, gpus, port,
+                            self.spec.seed)
+
+    def production_plan(self, config: dict[str, Value], folder: Path) -> LaunchPlan:
+        """``config`` as a user would launch it (best/launch.sh): the production port, no
+        measuring env."""
+        args = self.spec.workload
+        ctx = self.context("best", folder, args.port or args.production_port)
+        return self.workload.production_plan(dict(config), ctx)
+
+    def notes(self) -> tuple[str, ...]:
+        """What the workload says about itself on this machine (the proxy on CPU: NCCL knobs
+        have no effect), read from the baseline's plan."""
+        args = self.spec.workload
+        port = args.port or args.production_port or 30000  # a plan needs one; any will do
+        return self.workload.plan(self.space.baseline(),
+                                  self.context("notes", port=port)).notes
+
+
+def prepare(spec: ExperimentSpec) -> Setup:
+    """Load and check the space for this workload; raises SpecError/SpaceError on bad input."""
+    workload = spec.workload.build()
+    space = load(spec.space).with_pins(spec.pins)
+    supported = {n for n, k in knobs.CATALOGUE.items() if workload.supports(k)}
+    space, dropped = space.restricted_to(frozenset(supported))
+    if not space.domains:
+        raise SpaceError(f"{spec.space}: the space is empty for the {workload.kind} workload "
+                         f"(it does not model: {', '.join(dropped)})")
+    metric = spec.metric or workload.default_metric
+    mode = spec.mode or workload.default_mode
+    setup = Setup(spec, workload, space, Objective(metric, mode, spec.rounds), dropped)
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        setup.gpus_per_trial = int(json.loads((spec.out_dir / RUN_INFO).read_text())
+                                   ["gpus_per_trial"])
+    return setup
