@@ -110,11 +110,15 @@ def test_inherited_multiline_env_passes_unchanged(monkeypatch: pytest.MonkeyPatc
     assert env["BASH_FUNC_which%%"] == "() {  echo hi\n}"
 
 
-def test_servers_bind_localhost_by_default() -> None:
-    assert SGLangArgs(model="m").host == "127.0.0.1"
-    from launchers.proxy.launcher import ProxyArgs
+def test_servers_bind_localhost_by_default(tmp_path: Path) -> None:
+    """What each workload would start listens on 127.0.0.1 (the Ray dashboard's address is
+    checked by the run test test_dashboard_on_localhost_with_token_auth)."""
+    from launchers.proxy import worker
+    from launchers.proxy.launcher import ProxyArgs, ProxyWorkload
 
-    host = getattr(ProxyArgs(), "host", "127.0.0.1")
-    assert host == "127.0.0.1"
-    experiment = (ROOT / "tuner" / "experiment.py").read_text()
-    assert 'dashboard_host="127.0.0.1"' in experiment
+    ctx = TrialContext("e", "t", tmp_path, (), 30001, 0)
+    sglang = SGLangWorkload(SGLangArgs(model="m")).plan({}, ctx)
+    assert sglang.host == "127.0.0.1"
+    assert sglang.argv[sglang.argv.index("--host") + 1] == "127.0.0.1"
+    assert ProxyWorkload(ProxyArgs(device="cpu")).plan({}, ctx).host == "127.0.0.1"
+    assert worker.LOCALHOST == "127.0.0.1"  # the ranks' rendezvous store binds there

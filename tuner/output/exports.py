@@ -18,7 +18,6 @@ from typing import Any
 import pandas as pd
 
 from launchers.base import LaunchPlan
-from tuner.decide.decision import Decision
 from tuner.output.files import BEST_DIR, BEST_JSON, read_json, write_json
 from tuner.output.tuner_csv import tuner_csv, tuner_rule
 from tuner.setup import Setup
@@ -71,28 +70,30 @@ def _ranks(df: pd.DataFrame, trial_id: str | None, setup: Setup) -> int | None:
     return setup.spec.workload.tp_ranks() or setup.gpus_per_trial or None
 
 
-def export(setup: Setup, decision: Decision, df: pd.DataFrame,
+def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
            confirm_data: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Write best.json and DIR/best/* for the decided configuration; None when there is none."""
-    config = decision.config
+    """Write best.json and DIR/best/* for the decided configuration (``decision`` as
+    confirm.json holds it); None when there is none."""
+    config = decision.get("config")
     if config is None:
         return None
     out = setup.spec.out_dir
-    tid = decision.source_trial
+    tid = decision.get("source_trial")
     plan = setup.production_plan(config, out / BEST_DIR)
     rows = df[df["trial_id"] == tid] if tid is not None and not df.empty else df.iloc[0:0]
     row = rows.iloc[0] if len(rows) else None
     search = df[(df["baseline"]) & (df.get("phase", "search") == "search")] if not df.empty \
         else df
     entry = next((e for e in (confirm_data or {}).get("entries", [])
-                  if e["label"] == decision.label), None)
+                  if e["label"] == decision.get("label")), None)
     rule, notes = tuner_rule(config, _trial_effective(out, tid), _ranks(df, tid, setup))
     best = {
         "trial_id": tid, "metric": setup.objective.metric, "mode": setup.objective.mode,
         "score": _float(row["score"]) if row is not None else None,
         "speedup": _float(row["speedup"]) if row is not None else None,
         "baseline_score": _float(search["score"].iloc[0]) if len(search) else None,
-        "decision": decision.kind, "label": decision.label, "evidence": decision.text,
+        "decision": decision.get("kind"), "label": decision.get("label"),
+        "evidence": decision.get("text"),
         "confirmed": entry["objective"] if entry else None,
         "config": dict(config), "argv": list(plan.argv), "env": dict(plan.env),
         "unset_env": list(plan.unset_env), "workload": setup.workload.kind,

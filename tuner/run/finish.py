@@ -99,7 +99,8 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
             else "no confirm stage ran"
         confirm_data = decision_data(setup, df, why)
     decision = Decision.from_json(confirm_data.get("decision")) or Decision("none", "")
-    best = exports.export(setup, decision, df, confirm_data) if decision.config else None
+    best = exports.export(setup, decision.to_json(), df, confirm_data) if decision.config \
+        else None
     if confirm_data.get("entries") or confirm_data.get("speculative"):
         lines += ["", *confirm_text.lines(confirm_data)]
     elif decision.text:

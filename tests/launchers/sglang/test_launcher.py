@@ -93,9 +93,9 @@ def _tp(argv: Sequence[str]) -> str:
 
 
 def test_port_from_args_when_context_has_none(tmp_path: Path) -> None:
-    assert "30000" in workload().plan({}, ctx(tmp_path, port=None)).argv
-    with pytest.raises(ValueError, match="port"):
-        workload(port=0).plan({}, ctx(tmp_path, port=None))
+    assert "30123" in workload(port=30123).plan({}, ctx(tmp_path, port=None)).argv
+    with pytest.raises(ValueError, match="port"):  # the default 0: a free port per trial
+        workload().plan({}, ctx(tmp_path, port=None))
 
 
 def test_speculative_env_only_with_speculative_decoding(tmp_path: Path) -> None:
