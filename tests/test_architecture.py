@@ -119,7 +119,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 # The floors of ARCHITECTURE.md: a module imports only modules of its floor or below
 # (search/ and decide/ share a floor and never import each other).
 FLOORS = (("search_spaces",), ("launchers",), ("tuner.spec", "tuner.setup", "tuner.stats"),
-          ("tuner.output",), ("tuner.search", "tuner.decide"), ("tuner.run",), ("tuner.cli", "tuner.__main__"))
+          ("tuner.output",), ("tuner.search", "tuner.decide"), ("tuner.run",),
+          ("tuner.cli", "tuner.__main__"))
 
 
 def floor_of(module: str) -> tuple[int, str]:
