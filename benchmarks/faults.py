@@ -6,7 +6,7 @@ Ray, the stand-in server) and check that nothing is leaked and nothing is lost.
 Prints one row per fault: runs, leaked processes (carrying the experiment's marker once
 servetune has returned), lost results (trials that finished before the fault but are
 missing from results.csv), the kind recorded for the faulty trial, and the time to clean
-up. The integration tests (tests/tuner/test_faults_integration.py) run the same scenarios
+up. The integration tests (tests/integration/test_faults_integration.py) run the same scenarios
 and assert on the same outcomes.
 
 Scenarios:
@@ -43,7 +43,7 @@ import psutil
 
 from benchmarks._common import machine, with_root_on_path
 from launchers.process import LOCALHOST, Marked, free_port
-from tests.tuner.servetune_runs import Experiment, Result, ray_tmpdir, stand_in
+from tests.integration.servetune_runs import Experiment, Result, ray_tmpdir, stand_in
 
 
 @dataclass

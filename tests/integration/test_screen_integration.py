@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.tuner.servetune_runs import Experiment, ray_tmpdir
+from tests.integration.servetune_runs import Experiment, ray_tmpdir
 from tuner.run.screen import env_part
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launchers.process import free_port
-from tests.tuner.servetune_runs import ROOT, STAND_IN, env_for
+from tests.integration.servetune_runs import ROOT, STAND_IN, env_for
 
 SERVER = " ".join(STAND_IN)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.tuner.servetune_runs import Experiment, Result, ray_tmpdir
+from tests.integration.servetune_runs import Experiment, Result, ray_tmpdir
 
 
 @dataclass

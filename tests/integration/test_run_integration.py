@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tuner.servetune_runs import ROOT, Experiment, Result, ray_tmpdir, stand_in
+from tests.integration.servetune_runs import ROOT, Experiment, Result, ray_tmpdir, stand_in
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.tuner.conftest import Run
-from tests.tuner.servetune_runs import Experiment, ray_tmpdir, stand_in
+from tests.integration.conftest import Run
+from tests.integration.servetune_runs import Experiment, ray_tmpdir, stand_in
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.tuner.servetune_runs import Experiment, ray_tmpdir
+from tests.integration.servetune_runs import Experiment, ray_tmpdir
 from tuner.run.dashboard import TRAINABLE_NAME, auth_token, list_actors
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.tuner.conftest import Run
-from tests.tuner.headless_browser import chromium_binary, load_page
+from tests.integration.conftest import Run
+from tests.integration.headless_browser import chromium_binary, load_page
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from launchers.base import LaunchPlan
-from tests.tuner.conftest import Run
 from tuner.output.exports import dotenv_value, write_env, write_launch
 from tuner.output.tuner_csv import PLUGIN_LINE_MAX, TUNER_COLUMNS, tuner_csv, tuner_rule
 
@@ -143,35 +142,6 @@ def test_env_file_reads_back_in_a_shell(tmp_path: Path) -> None:
                           show], capture_output=True, text=True, check=True,
                          env={"PATH": os.environ["PATH"]})
     assert eval(out.stdout) == TRICKY
-
-
-# ---------------------------------------------------------------- a real run's exports
-
-
-@pytest.mark.integration
-def test_exports_of_a_real_run(confirmed_run: Run) -> None:
-    out = confirmed_run.exp.out
-    best = json.loads((out / "best.json").read_text())
-    assert best["decision"] == "confirmed" and best["confirmed"]["n"] == 3
-    config = best["config"]
-    # nccl-tuner.csv: one allreduce rule the plugin accepts, matching the chosen settings.
-    [rule] = plugin_rules((out / "best" / "nccl-tuner.csv").read_text())
-    algo = (config.get("NCCL_ALGO") or "").split(":")[-1].lower()
-    if algo:
-        assert rule["algorithm"] == algo
-    if config.get("NCCL_PROTO"):
-        assert rule["protocol"] == str(config["NCCL_PROTO"]).lower()
-    assert (rule["nNodes"], rule["nRanks"]) == (1, 8)
-    assert best["nccl_tuner_rule"] == ",".join(str(rule[c]) for c in TUNER_COLUMNS)
-    # launch.sh and env: the chosen env without servetune's measuring variables.
-    launch = (out / "best" / "launch.sh").read_text()
-    subprocess.run(["bash", "-n", str(out / "best" / "launch.sh")], check=True)
-    for key in best["env"]:
-        assert f"export {key}=" in launch and key in (out / "best" / "env").read_text()
-        assert not key.startswith("NCCL_DEBUG") and key != "CUDA_VISIBLE_DEVICES", key
-    assert "--speculative-algorithm EAGLE3" in launch and "--port 30000" in launch
-    md = (out / "best" / "report.md").read_text()
-    assert "beats the default beyond noise" in md and "Speculative decoding pays off" in md
 
 
 def test_a_record_left_running_by_a_killed_worker_takes_the_journals_end(tmp_path: Path) -> None:
