@@ -47,7 +47,8 @@ def _epoch(stamp: str, fraction: str | None) -> float:
 
 
 def parse(lines: Iterable[str], launched: float) -> dict[str, float | None]:
-    """The startup split from a server log; ``launched``: the spawn's wall-clock time."""
+    """The startup split from a server log (read up to the ready line); ``launched``: the
+    spawn's wall-clock time."""
     out: dict[str, float | None] = dict.fromkeys(STARTUP_KEYS)
     for line in lines:
         match = _LINE.match(line.rstrip("\n"))
@@ -66,4 +67,6 @@ def parse(lines: Iterable[str], launched: float) -> dict[str, float | None]:
         elapsed = _ELAPSED.search(message) if total else None
         if total and elapsed:
             out[total] = (out[total] or 0.0) + float(elapsed.group(1))
+        if total is None:
+            break  # ready: nothing later belongs to startup
     return out
