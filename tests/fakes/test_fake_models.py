@@ -68,7 +68,7 @@ def test_step_time_dict_follows_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
     worth the window's wall time / the interval in seconds (idle time included), on the
     model's clock."""
     monkeypatch.setenv("SGLANG_RECORD_STEP_TIME", "1")
-    scale = 0.1
+    scale = 0.5  # real seconds per model second: wall-clock overheads stay small
     server = sglang_server.FakeServer(args(
         "--speculative-algorithm", "EAGLE3", "--decode-log-interval", "5", "--fake-noise", "0",
         "--fake-verify-ms", "20", "--fake-draft-ms", "5", "--fake-time-scale", str(scale)))
@@ -80,12 +80,12 @@ def test_step_time_dict_follows_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
     assert engine.step_times == {}  # no window closed yet
     engine._cycle()
     (first,) = engine.step_times["2"]
-    assert first == pytest.approx(0.0255, rel=0.3)  # 20 + 5 + 0.5 model ms, overheads in
+    assert 0.0255 <= first < 0.040  # 20 + 5 + 0.5 model ms per step, plus overheads
     time.sleep(0.200 * scale)  # idle: 200 model ms
     for _ in range(5):
         engine._cycle()
     second = engine.step_times["2"][1]
-    assert second - first == pytest.approx(0.200 / 5, rel=0.3)  # the idle time, spread over 5
+    assert 0.030 < second - first < 0.060  # the 200 ms idle, spread over the 5 steps
     engine.running = engine.running[:1]
     for _ in range(5):
         engine._cycle()
