@@ -5,7 +5,8 @@ Modelled times (``--fake-load-s``, ``--fake-draft-load-s``, ``--fake-dummy-load-
 ``--fake-capture-s`` per captured batch size, ``--fake-warmup-s``) are seconds of the modelled
 server; the stand-in sleeps them times ``--fake-startup-scale``, so that a test can model
 "60 s real weights, 5 s dummy" on a clock a hundred times faster. The log lines report the
-time actually spent, as SGLang's do.
+time spent in each phase, as SGLang's do (the target's weights load in the rank processes:
+their line reports the load, not the processes' own start).
 """
 
 from __future__ import annotations

@@ -260,7 +260,6 @@ class FakeServer:
         threading.Thread(target=http.serve_forever, name="http", daemon=True).start()
         log("Init torch distributed begin.", "TP0")
         load_s = target_load_s(a) * a.fake_startup_scale  # the ranks load, then capture
-        loading = time.monotonic()
         self.ranks.start(min(self.tp, max(1, a.fake_max_ranks)), self.tp, self.startup_fault(),
                          load_s, a.fake_fault == "ignore-sigterm",
                          a.fake_fault == "setsid-grandchild")
@@ -270,7 +269,7 @@ class FakeServer:
             log(problem)
             self.ranks.stop()
             return 1
-        self.startup.weights_end(time.monotonic() - loading)
+        self.startup.weights_end(load_s)  # the ranks' own start-up is not loading
         self.startup.capture_begin("target")
         if a.fake_fault == "hang-startup":
             self._wait_watching(0.0)
