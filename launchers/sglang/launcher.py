@@ -188,7 +188,7 @@ class SGLangWorkload(Workload):
             notes.append("tp 1: NCCL runs no collectives between GPUs; NCCL knobs have no effect")
         if sizes:
             notes.append("decode CUDA graphs captured for batch sizes "
-                         f"{' '.join(map(str, sizes))} only (the benchmark's concurrency levels)")
+                         f"{' '.join(map(str, sizes))} only (from the concurrency levels measured)")
         return LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
                           port=port, host=a.host, notes=tuple(notes))
 

@@ -148,9 +148,9 @@ def test_without_speculative_decoding_server_figures_are_missing(trial: Trial) -
 
 
 def test_startup_split_by_load_format(trial: Trial, tmp_path: Path) -> None:
-    """60 s of real weights against 5 s of dummy ones, on a clock 100 times faster; SGLang's
+    """150 s of real weights against 5 s of dummy ones, on a clock 100 times faster; SGLang's
     own log lines give the split; the server runs in the workload's working directory."""
-    fake = [*EXACT, "--fake-startup-s", "0", "--fake-load-s", "60", "--fake-draft-load-s", "6",
+    fake = [*EXACT, "--fake-startup-s", "0", "--fake-load-s", "150", "--fake-draft-load-s", "6",
             "--fake-dummy-load-s", "5", "--fake-capture-s", "10", "--fake-startup-scale", "0.01"]
     splits = {}
     for fmt in ("auto", "dummy"):
@@ -170,13 +170,15 @@ def test_startup_split_by_load_format(trial: Trial, tmp_path: Path) -> None:
     real, dummy = splits["auto"], splits["dummy"]
     assert set(real) == set(STARTUP_KEYS) and None not in real.values()
     # sleeps are lower bounds; the upper ones leave room for a loaded machine
-    assert 0.65 <= real["startup_weights_s"] < 0.9  # target 0.6 + draft 0.06 (logged .2f)
+    assert 1.55 <= real["startup_weights_s"] < 1.8  # target 1.5 + draft 0.06 (logged .2f)
     assert 0.09 <= dummy["startup_weights_s"] < 0.3  # 0.05 each
     for split in (real, dummy):  # two sizes (1, 4), 0.1 s each, for the target and the draft
         assert 0.39 <= split["startup_graphs_s"] < 0.8
         assert split["startup_weights_at_s"] < split["startup_graphs_at_s"]
         assert split["startup_graphs_at_s"] <= split["startup_ready_at_s"]
-    assert 0.4 < real["startup_ready_at_s"] - dummy["startup_ready_at_s"] < 2.0  # 0.56 modelled
+    # 1.46 s modelled; two processes' own start-up differs by a few tenths on a busy box
+    assert 0.9 < real["startup_ready_at_s"] - dummy["startup_ready_at_s"] < 2.5
+    assert real["startup_weights_at_s"] > 1.5
 
 
 @pytest.mark.parametrize(("fake_args", "config", "kind"), [
