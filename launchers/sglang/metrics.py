@@ -212,10 +212,11 @@ def cycle_ms(before: dict[str, Any] | None, after: dict[str, Any] | None,
              batch_size: int) -> float | None:
     """Cycle ms at ``batch_size`` from the step-time windows that closed between two
     ``/server_info`` answers; like SGLang's own speculative sweep, the 20th percentile (a
-    window that spans idle time or a prefill is long). None when no window closed."""
-    if after is None:
+    window that spans idle time or a prefill is long). None when no window closed, or when
+    either answer is missing (the round's windows cannot be told apart)."""
+    if before is None or after is None:
         return None
-    seen = len(_step_times(before, batch_size)) if before is not None else 0
+    seen = len(_step_times(before, batch_size))
     window = _step_times(after, batch_size)
     if len(window) < seen:  # the server restarted: not one measurement
         return None
