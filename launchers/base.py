@@ -120,6 +120,11 @@ class Running(ABC):
         """What actually ran (NCCL's own log), where known."""
         return {}
 
+    def startup(self) -> dict[str, float | None]:
+        """Where the time to ready went (seconds, None where unknown), e.g. launch -> weights
+        loaded -> graphs captured -> ready; {} for a workload that does not tell."""
+        return {}
+
     def profile(self, steps: int) -> list[Path]:
         """Profile about ``steps`` verify steps while the workload runs; return the Chrome
         trace files written (one per rank), for ``launchers.trace``. Raises TrialFailed."""

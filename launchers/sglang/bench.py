@@ -1,26 +1,31 @@
 """The HTTP load generator: rounds of streaming ``/generate`` requests at a fixed concurrency.
 
-Requests use SGLang's native endpoint with random fixed-length ``input_ids`` and
-``ignore_eos`` so every request generates exactly ``output_len`` tokens. Streaming chunks
-are CUMULATIVE (shared/reference/sglang.md): tokens are counted from
-``meta_info.completion_tokens``, never by adding chunk lengths up.
+Requests use SGLang's native endpoint with the dataset's prompts (launchers/sglang/datasets.py:
+text, or token ids for ``random``) and ``ignore_eos``, so every request generates exactly its
+output length. Streaming chunks are CUMULATIVE (shared/reference/sglang.md): tokens are
+counted from ``meta_info.completion_tokens``, never by adding chunk lengths up.
 
-Definitions (per round):
-- output tok/s: completion tokens of the completed requests / round wall time.
+Round metrics carry the names of SGLang's bench_serving (benchmark/serving.py
+``calculate_metrics``), computed the way it computes them for its native backend:
+- ``output_throughput``: completion tokens of the completed requests / ``duration`` (the
+  round's wall time); ``total_input_tokens`` / ``total_output_tokens`` as the server counted
+  them (``meta_info.prompt_tokens`` / ``completion_tokens``).
 - TTFT: request sent -> first chunk with ``completion_tokens > 0``.
 - ITL, per token: a chunk that raises ``completion_tokens`` by k after a gap of g seconds
   since the previous token-carrying chunk gives k samples of g / k. With speculative
-  decoding one chunk is one draft+verify cycle, so this is cycle time / accepted tokens,
-  and the percentiles are over tokens (first chunk excluded).
-- accept length: sum(completion_tokens) / sum(spec_verify_ct) over the round's requests
+  decoding one chunk is one draft+verify cycle, so this is cycle time / accepted tokens.
+- TPOT, per request: (end-to-end latency - TTFT) / (output tokens - 1), requests of more
+  than one token; end-to-end latency: request sent -> ``data: [DONE]``.
+- ``mean_`` / ``median_`` / ``p99_`` of each (numpy's linear percentiles), in ms.
+- ``accept_length``: sum(completion_tokens) / sum(spec_verify_ct) over the round's requests
   whose final chunk reports ``spec_verify_ct``; None when none does.
+A value that cannot be computed is None (missing), never 0.
 """
 
 from __future__ import annotations
 
 import json
 import queue
-import random
 import threading
 import time
 from collections.abc import Iterator
@@ -30,10 +35,16 @@ from dataclasses import dataclass, field
 import requests
 from urllib3.exceptions import ReadTimeoutError
 
-from launchers.sglang.metrics import percentile
+from launchers.sglang.datasets import Dataset, Prompt, RandomIds
+from launchers.stats import percentile
 
-TOKEN_ID_RANGE = (1000, 20000)  # valid in any common vocabulary, clear of special tokens
-_PERCENTILES = (50, 90, 99)
+# (key prefix, percentile): bench_serving's mean / median / p99
+_SUMMARIES = (("mean", None), ("median", 50.0), ("p99", 99.0))
+LATENCIES = ("ttft", "itl", "tpot", "e2e_latency")
+ROUND_KEYS = ("output_throughput", "total_input_tokens", "total_output_tokens", "completed",
+              "failed", "duration",
+              *(f"{s}_{what}_ms" for what in LATENCIES for s, _ in _SUMMARIES),
+              "accept_length")
 
 
 class BenchError(Exception):
@@ -58,7 +69,9 @@ class BenchSettings:
 class _Outcome:
     ok: bool
     tokens: int = 0
+    prompt_tokens: int | None = None
     ttft: float | None = None
+    latency: float | None = None  # sent -> [DONE]
     itl: list[float] = field(default_factory=list)
     verify_ct: int | None = None
     error: str = ""
@@ -67,15 +80,16 @@ class _Outcome:
 class Bench:
     """Rounds of streaming requests against one server."""
 
-    def __init__(self, base_url: str, settings: BenchSettings) -> None:
+    def __init__(self, base_url: str, settings: BenchSettings, dataset: Dataset | None = None
+                 ) -> None:
         self.url = base_url.rstrip("/") + "/generate"
         self.settings = settings
+        self.dataset = dataset or RandomIds(settings.input_len, settings.output_len,
+                                            settings.seed)
 
-    def prompt(self, tag: str, index: int) -> list[int]:
-        """Seeded random ids, distinct per request so that no prefix is cached."""
-        rng = random.Random(f"{self.settings.seed}:{tag}:{index}")
-        low, high = TOKEN_ID_RANGE
-        return [rng.randrange(low, high) for _ in range(self.settings.input_len)]
+    def prompt(self, stream: str, index: int) -> Prompt:
+        """Request ``index`` of ``stream``: the same in every trial, distinct per request."""
+        return self.dataset.prompt(stream, index)
 
     def warmup(self, n: int) -> None:
         """``n`` requests one after another; results are discarded, errors raise BenchError."""
@@ -86,20 +100,23 @@ class Bench:
                     raise BenchError(f"warm-up request failed: {outcome.error}", timed_out=False)
 
     def round(self, concurrency: int, round_index: int) -> dict[str, float | None]:
-        """One measured round at ``concurrency``; raises BenchError if the server fails."""
+        """One measured round at ``concurrency``; raises BenchError if the server fails.
+
+        Each (round, concurrency) has prompts of its own, so that no level of a round finds
+        the previous level's prompts in the server's prefix cache."""
         total = self.settings.requests_per_round or 4 * concurrency
-        prompts = [self.prompt(f"round{round_index}", i) for i in range(total)]
+        prompts = [self.prompt(f"round{round_index}c{concurrency}", i) for i in range(total)]
         sessions: queue.Queue[requests.Session] = queue.Queue()
         for _ in range(concurrency):
             sessions.put(requests.Session())
         abort = threading.Event()
 
-        def one(ids: list[int]) -> _Outcome | None:
+        def one(prompt: Prompt) -> _Outcome | None:
             if abort.is_set():
                 return None
             session = sessions.get()
             try:
-                return self._request(session, ids)
+                return self._request(session, prompt)
             except BenchError:
                 abort.set()
                 raise
@@ -109,7 +126,7 @@ class Bench:
         began = time.perf_counter()
         pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench")
         try:
-            futures = [pool.submit(one, ids) for ids in prompts]
+            futures = [pool.submit(one, prompt) for prompt in prompts]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             errors = [f.exception() for f in done if f.exception() is not None]
             if errors:
@@ -124,10 +141,10 @@ class Bench:
                 sessions.get().close()
         return summarize([o for o in outcomes if o is not None], time.perf_counter() - began)
 
-    def _request(self, session: requests.Session, ids: list[int]) -> _Outcome:
+    def _request(self, session: requests.Session, prompt: Prompt) -> _Outcome:
         s = self.settings
-        body = {"input_ids": ids, "stream": True,
-                "sampling_params": {"max_new_tokens": s.output_len, "temperature": 0,
+        body = {**prompt.body(), "stream": True,
+                "sampling_params": {"max_new_tokens": prompt.output_len, "temperature": 0,
                                     "ignore_eos": True}}
         sent = time.perf_counter()
         deadline = sent + s.request_timeout
@@ -147,6 +164,10 @@ class Bench:
             raise BenchError(f"request failed: {err}", False) from err
 
 
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _read_stream(lines: Iterator[bytes], sent: float, deadline: float) -> _Outcome:
     """Follow one SSE stream of cumulative chunks to ``data: [DONE]``."""
     outcome = _Outcome(ok=False)
@@ -162,6 +183,7 @@ def _read_stream(lines: Iterator[bytes], sent: float, deadline: float) -> _Outco
         payload = line[len("data:"):].strip()
         if payload == "[DONE]":
             outcome.ok = "error" not in meta
+            outcome.latency = now - sent
             break
         try:
             chunk = json.loads(payload)
@@ -186,30 +208,45 @@ def _read_stream(lines: Iterator[bytes], sent: float, deadline: float) -> _Outco
     else:
         outcome.error = outcome.error or "stream ended without [DONE]"
     outcome.tokens = last_tokens
-    verify = meta.get("spec_verify_ct")
-    outcome.verify_ct = verify if isinstance(verify, int) and not isinstance(verify, bool) else None
+    outcome.prompt_tokens = _int(meta.get("prompt_tokens"))
+    outcome.verify_ct = _int(meta.get("spec_verify_ct"))
     return outcome
 
 
-def summarize(outcomes: list[_Outcome], round_s: float) -> dict[str, float | None]:
+def _summaries(name: str, seconds: list[float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for prefix, q in _SUMMARIES:
+        if not seconds:
+            out[f"{prefix}_{name}_ms"] = None
+        elif q is None:
+            out[f"{prefix}_{name}_ms"] = 1000.0 * sum(seconds) / len(seconds)
+        else:
+            value = percentile(seconds, q)
+            out[f"{prefix}_{name}_ms"] = None if value is None else 1000.0 * value
+    return out
+
+
+def summarize(outcomes: list[_Outcome], duration: float) -> dict[str, float | None]:
     """Round metrics from per-request outcomes (missing values are None, never 0)."""
     good = [o for o in outcomes if o.ok]
     tokens = sum(o.tokens for o in good)
+    prompt_counts = [o.prompt_tokens for o in good]
     out: dict[str, float | None] = {
-        "output_tok_s": tokens / round_s if good and round_s > 0 else None,
+        "output_throughput": tokens / duration if good and duration > 0 else None,
+        "total_input_tokens": (float(sum(c for c in prompt_counts if c is not None))
+                               if good and None not in prompt_counts else None),
+        "total_output_tokens": float(tokens) if good else None,
+        "completed": float(len(good)),
+        "failed": float(len(outcomes) - len(good)),
+        "duration": duration,
     }
-    ttft = [o.ttft for o in good if o.ttft is not None]
-    itl = [x for o in good for x in o.itl]
-    for q in _PERCENTILES:
-        p = percentile(ttft, q)
-        out[f"ttft_p{q}_ms"] = None if p is None else 1000.0 * p
-    for q in _PERCENTILES:
-        p = percentile(itl, q)
-        out[f"itl_p{q}_ms"] = None if p is None else 1000.0 * p
+    tpot = [(o.latency - o.ttft) / (o.tokens - 1) for o in good
+            if o.latency is not None and o.ttft is not None and o.tokens > 1]
+    out.update(_summaries("ttft", [o.ttft for o in good if o.ttft is not None]))
+    out.update(_summaries("itl", [x for o in good for x in o.itl]))
+    out.update(_summaries("tpot", tpot))
+    out.update(_summaries("e2e_latency", [o.latency for o in good if o.latency is not None]))
     spec = [o for o in good if o.verify_ct is not None]
     verify = sum(o.verify_ct or 0 for o in spec)
     out["accept_length"] = sum(o.tokens for o in spec) / verify if spec and verify > 0 else None
-    out["completed"] = float(len(good))
-    out["failed"] = float(len(outcomes) - len(good))
-    out["round_s"] = round_s
     return out

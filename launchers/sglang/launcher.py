@@ -1,4 +1,5 @@
-"""SGLang launcher: args, command + env rendering, preflight, start, readiness, rounds."""
+"""SGLang launcher: args, command + env rendering, preflight, start (the started server:
+running.py)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,22 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import requests
 from pydantic import Field
 
 from launchers import nccl_log
-from launchers.base import (
-    LaunchPlan,
-    Metrics,
-    Running,
-    TrialContext,
-    Workload,
-    WorkloadArgs,
-    knob_argv,
-    knob_env,
-)
+from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_argv, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.sglang import metrics
+from launchers.sglang import datasets
 from launchers.sglang import preflight as sglang_parser
-from launchers.sglang.bench import Bench, BenchError, BenchSettings
+from launchers.sglang.bench import ROUND_KEYS
+from launchers.sglang.running import SGLangRunning
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
+
+# What a round reports per concurrency level: bench_serving's names (bench.py) and the
+# server-side figures (metrics.py). With several levels, each also as ``<name>_c<level>``.
+SERVER_KEYS = ("server_accept_length", "verify_ms", "draft_ms", "cycle_ms")
+METRIC_KEYS = (*ROUND_KEYS, *SERVER_KEYS)
 
 
 class SGLangArgs(WorkloadArgs):
@@ -42,9 +39,15 @@ class SGLangArgs(WorkloadArgs):
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0: a free port per trial")
     ready_timeout: float = Field(1800.0, gt=0)
-    input_len: int = Field(256, ge=1)
-    output_len: int = Field(256, ge=1)
+    dataset: str = Field(datasets.BUILTIN, min_length=1, description=(
+        "prompts: 'builtin' (Python's pydoc text), 'random' (token ids), or the path of a "
+        "ShareGPT JSON / custom JSONL file"))
+    input_len: int = Field(256, ge=1, description="prompt length (tokens; the cap for text)")
+    output_len: int = Field(256, ge=1, description="output length (the cap for a file's)")
     concurrency: list[int] = Field([1], min_length=1)
+    capture_concurrency: bool = Field(True, description=(
+        "capture decode CUDA graphs for the concurrency levels only (--cuda-graph-bs-decode), "
+        "unless server_args or the config set the capture sizes"))
     objective_concurrency: int | None = None
     requests_per_round: int | None = Field(None, ge=1, description="default: 4 x concurrency")
     warmup_requests: int = Field(2, ge=0)
@@ -60,7 +63,7 @@ class SGLangArgs(WorkloadArgs):
         "server_cmd": "server_cmd", "port": "port", "ready_timeout": "ready_timeout",
         "input_len": "input_len", "output_len": "output_len", "concurrency": "concurrency",
         "requests_per_round": "requests_per_round", "no_nccl_debug": "nccl_debug",
-        "no_preflight": "preflight"}
+        "no_preflight": "preflight", "dataset": "dataset"}
     cli_selectors: ClassVar[tuple[str, ...]] = ("model",)
     production_port: ClassVar[int | None] = 30000  # SGLang's own default
 
@@ -114,9 +117,6 @@ class SGLangArgs(WorkloadArgs):
 # Flags servetune renders itself (with SGLang's aliases); user server_args must not repeat them.
 PREFLIGHT_CACHE = "preflight-cache.json"
 OWN_FLAGS = ("--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--host", "--port")
-_HEALTH_TIMEOUT = (0.5, 5.0)  # connect, read: one readiness probe
-_EXIT_WAIT_S = 2.0  # how long a dropped connection may take to show up as a dead process
-PROFILE_ROUND = 1_000_000  # the bench round index of a profile (its own prompts)
 
 
 def _missing_path(model: str) -> bool:
@@ -127,6 +127,16 @@ def _missing_path(model: str) -> bool:
 
 def _flag_name(word: str) -> str | None:
     return word.split("=", 1)[0] if word.startswith("--") else None
+
+
+def _server_arg(server_args: list[str], flag: str) -> str | None:
+    """The value a user server_args word gives ``flag`` (``--flag v`` or ``--flag=v``)."""
+    for i, word in enumerate(server_args):
+        if word == flag and i + 1 < len(server_args):
+            return server_args[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
 
 
 def conflicting_server_args(server_args: list[str], knob_names: Iterable[str],
@@ -153,7 +163,7 @@ class SGLangWorkload(Workload):
     """An SGLang server with the trial's NCCL env and flags, benchmarked over HTTP."""
 
     kind: ClassVar[str] = "sglang"
-    default_metric: ClassVar[str] = "output_tok_s"
+    default_metric: ClassVar[str] = "output_throughput"
     default_mode: ClassVar[str] = "max"
     measurement_env: ClassVar[tuple[str, ...]] = (
         *Workload.measurement_env,
@@ -198,8 +208,12 @@ class SGLangWorkload(Workload):
         if a.metrics:
             argv.append("--enable-metrics")
         argv += [*a.server_args, *knob_argv(config)]
+        sizes = self.capture_sizes(config)
+        if sizes:
+            argv += ["--cuda-graph-bs-decode", *map(str, sizes)]
 
         env, unset = knob_env(config)
+        env["SGLANG_LOG_MS"] = "1"  # log times to the millisecond: the startup split
         if self.speculative and a.metrics:
             env["SGLANG_ENABLE_METRICS_DEVICE_TIMER"] = "1"  # verify/draft seconds in /metrics
             env["SGLANG_RECORD_STEP_TIME"] = "1"  # step_time_dict in /server_info
@@ -213,8 +227,48 @@ class SGLangWorkload(Workload):
             notes.append("speculative knobs are set but speculative decoding is off")
         if tp == 1:
             notes.append("tp 1: NCCL runs no collectives between GPUs; NCCL knobs have no effect")
+        if sizes:
+            notes.append("decode CUDA graphs captured for batch sizes "
+                         f"{' '.join(map(str, sizes))} only (from the concurrency levels measured)")
         return LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
                           port=port, host=a.host, notes=tuple(notes))
+
+    @property
+    def levels(self) -> list[int]:
+        """The concurrency levels a round measures, the objective's included, sorted."""
+        a = self.args
+        return sorted({*a.concurrency, a.objective_concurrency or a.concurrency[0]})
+
+    def capture_sizes(self, config: Mapping[str, Value]) -> list[int] | None:
+        """Decode batch sizes to capture: the benchmark's concurrency levels, or None to leave
+        SGLang's own list (off, capture sizes set by server_args or the config, or decode
+        graphs disabled).
+
+        SGLang 0.5.23 takes the largest captured batch from the list when one is given,
+        ignoring ``--cuda-graph-max-bs-decode`` (srt/arg_groups/memory_hook.py: ``max_bs =
+        max(bs)``). So a largest batch M set by the config or server_args stays in force
+        through the list: the levels up to M, and M itself."""
+        a = self.args
+        if not a.capture_concurrency:
+            return None
+        given = {_flag_name(w) for w in a.server_args}
+        if given & {"--cuda-graph-bs-decode", "--cuda-graph-config", "--disable-cuda-graph",
+                    "--disable-decode-cuda-graph"}:
+            return None
+        if any(config.get(name) not in (None, False) for name in
+               ("--cuda-graph-bs-decode", "--disable-cuda-graph", "--disable-decode-cuda-graph")):
+            return None
+        backend = config.get("--cuda-graph-backend-decode") or _server_arg(
+            a.server_args, "--cuda-graph-backend-decode")
+        if backend == "disabled":
+            return None
+        largest = config.get("--cuda-graph-max-bs-decode")
+        if largest is None:
+            text = _server_arg(a.server_args, "--cuda-graph-max-bs-decode")
+            largest = int(text) if text is not None and text.isdigit() else None
+        if not isinstance(largest, int) or isinstance(largest, bool):
+            return self.levels
+        return sorted({c for c in self.levels if c <= largest} | {largest})
 
     # ------------------------------------------------------------ checks and start
     def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
@@ -235,121 +289,26 @@ class SGLangWorkload(Workload):
                                       "SGLang rejected the command: " + result.error))
         return [f"SGLang: {w}" for w in result.warnings]
 
+    def dataset(self, seed: int = 0) -> datasets.Dataset:
+        """The prompts this workload sends. Raises datasets.DatasetError."""
+        a = self.args
+        return datasets.load(a.dataset, a.input_len, a.output_len, seed)
+
+    def dataset_info(self, seed: int = 0) -> dict[str, Any]:
+        """The dataset as recorded with an experiment: name, path, sha256, prompts, lengths.
+        Raises datasets.DatasetError (call it at the CLI: a bad file fails before any trial)."""
+        return self.dataset(seed).describe()
+
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> SGLangRunning:
+        try:
+            dataset = self.dataset(ctx.seed)
+        except datasets.DatasetError as err:
+            raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, f"dataset: {err}")) from err
         env = plan.full_env()
+        launched = time.time()
         process = ServerProcess.spawn(plan.argv, env, ctx.trial_dir / "server.log", ctx.marker,
-                                      port=plan.port, host=plan.host)
-        return SGLangRunning(process, plan, ctx, self.args, env)
+                                      port=plan.port, host=plan.host, cwd=self.args.workdir)
+        return SGLangRunning(process, plan, ctx, self.args, env, dataset, launched)
 
     def describe(self) -> dict[str, Any]:
-        return self.args.model_dump()
-
-
-class SGLangRunning(Running):
-    """A started SGLang server: readiness over ``/health_generate``, rounds over ``/generate``."""
-
-    def __init__(self, process: ServerProcess, plan: LaunchPlan, ctx: TrialContext,
-                 args: SGLangArgs, env: Mapping[str, str]) -> None:
-        self.process = process
-        self.plan = plan
-        self.ctx = ctx
-        self.args = args
-        self.env = dict(env)
-        host = "127.0.0.1" if plan.host in ("0.0.0.0", "") else plan.host
-        self.base_url = f"http://{host}:{plan.port}"
-        self.bench = Bench(self.base_url, BenchSettings(
-            input_len=args.input_len, output_len=args.output_len,
-            requests_per_round=args.requests_per_round, request_timeout=args.request_timeout,
-            seed=ctx.seed))
-        self.objective = args.objective_concurrency or args.concurrency[0]
-        self.concurrencies = list(dict.fromkeys([*args.concurrency, self.objective]))
-
-    def _healthy(self) -> bool:
-        try:
-            resp = requests.get(self.base_url + "/health_generate", timeout=_HEALTH_TIMEOUT)
-        except requests.RequestException:
-            return False
-        return resp.status_code == 200
-
-    def wait_ready(self, timeout: float) -> float:
-        return self.process.wait_ready(self._healthy, timeout, interval=0.05)
-
-    def warmup(self) -> None:
-        try:
-            self.bench.warmup(self.args.warmup_requests)
-        except BenchError as err:
-            raise TrialFailed(self._bench_failure(err, "warm-up")) from err
-
-    def _bench_failure(self, err: BenchError, where: str) -> Failure:
-        """Dead server: crashed_mid_benchmark; alive but silent past the timeout: hang."""
-        deadline = time.monotonic() + (0 if err.timed_out else _EXIT_WAIT_S)
-        while self.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        dead = self.process.poll() is not None
-        kind = (FailureKind.BENCHMARK_HANG if err.timed_out and not dead
-                else FailureKind.CRASHED_MID_BENCHMARK)
-        state = "server exited" if dead else "server still running"
-        failure = self.process.failure(f"{where}: {err.message} ({state})")
-        if failure.kind is not FailureKind.CRASHED:
-            failure.details["log_kind"] = failure.kind.value
-        failure.kind = kind
-        return failure
-
-    def measure(self, round_index: int) -> Metrics:
-        where = f"round {round_index}"
-        info: dict[str, Any] | None = None
-        per: dict[int, dict[str, float | None]] = {}
-        for c in self.concurrencies:
-            before = metrics.scrape(self.base_url) if self.args.metrics else None
-            try:
-                result = self.bench.round(c, round_index)
-            except BenchError as err:
-                raise TrialFailed(self._bench_failure(err, where)) from err
-            if self.process.poll() is not None or not result["completed"]:
-                what = ("the server exited during the round" if self.process.poll() is not None
-                        else f"all {int(result['failed'] or 0)} requests of the round failed")
-                raise TrialFailed(self._bench_failure(BenchError(what, False), where))
-            after = metrics.scrape(self.base_url) if self.args.metrics else None
-            result.update(metrics.per_cycle(before, after))
-            per[c] = result
-        info = metrics.server_info(self.base_url)
-        for c, result in per.items():
-            spec: dict[str, float | None] = {"server_accept_length": None, "cycle_ms": None}
-            if info is not None:
-                spec = metrics.spec_from_server_info(info, c)
-            result.update(spec)
-        report: Metrics = dict(per[self.objective])
-        if len(per) > 1:
-            for c, result in per.items():
-                report.update({f"{k}_c{c}": v for k, v in result.items()})
-        return report
-
-    def profile(self, steps: int) -> list[Path]:
-        """SGLang's own profiler (``/start_profile``) over ``steps`` forward steps of a bench
-        round at the objective concurrency; one trace per rank under traces/."""
-        from launchers.sglang import profile as sglang_profile
-
-        argv = list(self.plan.argv)
-        ranks = int(argv[argv.index("--tp-size") + 1]) if "--tp-size" in argv else 1
-
-        def load() -> None:
-            try:
-                self.bench.round(self.objective, PROFILE_ROUND)
-            except BenchError as err:
-                raise TrialFailed(self._bench_failure(err, "profile")) from err
-
-        try:
-            return sglang_profile.capture(self.base_url, self.ctx.trial_dir / "traces", steps,
-                                          ranks, load)
-        except sglang_profile.ProfileError as err:
-            raise TrialFailed(self._bench_failure(BenchError(str(err), True), "profile")
-                              ) from err
-
-    def effective(self) -> dict[str, Any]:
-        eff = nccl_log.parse_files(nccl_log.debug_files(self.ctx.trial_dir))
-        inherited = {k: v for k, v in self.env.items()
-                     if k.startswith("NCCL_") and k not in self.plan.env}
-        data = eff.to_json()
-        data["columns"] = eff.to_columns()
-        data["warnings"] = nccl_log.mismatches(self.plan.env, eff, inherited)
-        return data
+        return self.args.model_dump(mode="json")

@@ -8,8 +8,14 @@ forward passes (+1 per decode batch). Over a measured window,
     verify ms per cycle = 1000 * delta(seconds, category="target_verify") / delta(decode passes)
     draft ms per cycle  = 1000 * delta(seconds, "eagle_draft" + "eagle_draft_extend") / same
 
-The Prometheus text is parsed only with prometheus_client's parser; a value that cannot be
-read is None (missing), never 0.
+Cycle ms comes from ``step_time_dict`` (``SGLANG_RECORD_STEP_TIME=1``): SGLang 0.5.23 appends
+one entry per ``--decode-log-interval`` decode batches (default 40) under the running batch
+size, the window's wall time / the interval, idle time included
+(srt/managers/scheduler_components/metrics_reporter.py ``report_decode_stats``). A round's
+cycle ms is read from the entries that appeared during the round only.
+
+The Prometheus text is parsed only with prometheus_client's parser. A value that cannot be
+read, or whose counters did not move in the window, is None (missing), never 0.
 """
 
 from __future__ import annotations
@@ -143,14 +149,16 @@ def per_cycle(before: CounterSnapshot | None, after: CounterSnapshot | None
               ) -> dict[str, float | None]:
     """Verify and draft ms per cycle over the window between two snapshots.
 
-    None when a counter is absent or no decode pass happened in the window."""
+    None when a counter is absent, no decode pass happened in the window, or its seconds did
+    not move while the passes did (a server without speculative decoding runs no
+    ``target_verify``: that is no measurement, not 0 ms)."""
     passes = _delta(before, after, "passes")
     out: dict[str, float | None] = {"verify_ms": None, "draft_ms": None}
     if not passes:
         return out
     for key, field in (("verify_ms", "verify_s"), ("draft_ms", "draft_s")):
         seconds = _delta(before, after, field)
-        out[key] = None if seconds is None else 1000.0 * seconds / passes
+        out[key] = 1000.0 * seconds / passes if seconds else None
     return out
 
 
@@ -179,22 +187,39 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def spec_from_server_info(info: dict[str, Any], batch_size: int) -> dict[str, float | None]:
-    """Accept length (cumulative, a cross-check) and cycle ms at ``batch_size``.
-
-    ``step_time_dict[str(bs)]`` (needs ``SGLANG_RECORD_STEP_TIME=1``) lists step times in
-    seconds, one draft+verify cycle each; like SGLang's sweep we take the 20th percentile."""
-    out: dict[str, float | None] = {"server_accept_length": None, "cycle_ms": None}
+def _state(info: dict[str, Any] | None) -> dict[str, Any]:
+    """``internal_states[0]`` of a ``/server_info`` answer ({} when absent)."""
     states = info.get("internal_states") if isinstance(info, dict) else None
-    if not isinstance(states, list) or not states or not isinstance(states[0], dict):
-        return out
-    state = states[0]
-    out["server_accept_length"] = _number(state.get("avg_spec_accept_length"))
-    steps = state.get("step_time_dict")
-    if isinstance(steps, dict):
-        times = steps.get(str(batch_size), steps.get(batch_size))
-        if isinstance(times, list):
-            numbers = [n for n in map(_number, times) if n is not None]
-            p = percentile(numbers, STEP_TIME_PERCENTILE)
-            out["cycle_ms"] = None if p is None else 1000.0 * p
-    return out
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        return states[0]
+    return {}
+
+
+def server_accept_length(info: dict[str, Any] | None) -> float | None:
+    """``avg_spec_accept_length``: cumulative since start (a cross-check of accept_length)."""
+    return _number(_state(info).get("avg_spec_accept_length"))
+
+
+def _step_times(info: dict[str, Any] | None, batch_size: int) -> list[Any]:
+    steps = _state(info).get("step_time_dict")
+    if not isinstance(steps, dict):
+        return []
+    times = steps.get(str(batch_size), steps.get(batch_size))
+    return times if isinstance(times, list) else []
+
+
+def cycle_ms(before: dict[str, Any] | None, after: dict[str, Any] | None,
+             batch_size: int) -> float | None:
+    """Cycle ms at ``batch_size`` from the step-time windows that closed between two
+    ``/server_info`` answers; like SGLang's own speculative sweep, the 20th percentile (a
+    window that spans idle time or a prefill is long). None when no window closed, or when
+    either answer is missing (the round's windows cannot be told apart)."""
+    if before is None or after is None:
+        return None
+    seen = len(_step_times(before, batch_size))
+    window = _step_times(after, batch_size)
+    if len(window) < seen:  # the server restarted: not one measurement
+        return None
+    numbers = [n for n in map(_number, window[seen:]) if n is not None]
+    p = percentile(numbers, STEP_TIME_PERCENTILE)
+    return None if p is None else 1000.0 * p

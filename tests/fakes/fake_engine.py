@@ -2,13 +2,20 @@
 
 One thread batches requests like SGLang's scheduler: new requests get a prefill pass, then
 every running request advances by one draft+verify cycle per pass, timed by cost_model and
-counted in SGLang's metric names and labels (shared/reference/sglang.md).
+counted in SGLang's metric names and labels (shared/reference/sglang.md). A request accepts
+drafted tokens by its prompt's content (content.py) unless ``--fake-accept-length`` fixes it.
+
+Every ``--decode-log-interval`` decode batches the loop does what SGLang 0.5.23's
+``report_decode_stats`` does (srt/managers/scheduler_components/metrics_reporter.py): the
+"Decode batch" line, the gauges, the lifetime accept-length totals, and, with
+``SGLANG_RECORD_STEP_TIME``, one ``step_time_dict[<running requests>]`` entry: the wall time
+since the previous entry (idle time included) / the interval, on the model's clock (divided by
+``--fake-time-scale``, like the device-timer counters).
 """
 
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
 from collections import deque
@@ -19,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from tests.fakes import cost_model
+from tests.fakes.fake_ranks import stamp
 
 if TYPE_CHECKING:
     from tests.fakes.sglang_server import FakeServer
@@ -27,11 +35,9 @@ _print_lock = threading.Lock()
 
 
 def log(message: str, tag: str = "") -> None:
-    """SGLang's log format: ``[YYYY-mm-dd HH:MM:SS TP0] message``."""
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S") + (f" {tag}" if tag else "")
+    """SGLang's log format: ``[YYYY-mm-dd HH:MM:SS(.mmm) TP0] message``."""
     with _print_lock:
-        sys.stdout.write(f"[{stamp}] {message}\n")
-        sys.stdout.flush()
+        print(f"{stamp(tag)} {message}", flush=True)
 
 
 # ---------------------------------------------------------------- metrics
@@ -96,6 +102,7 @@ class Request:
     verify_ct: int = 0
     correct: int = 0
     proposed: int = 0
+    accept_scale: float = 1.0  # content.accept_scale of the prompt
     carry: float = 0.0  # error diffusion: the mean accepted tokens per cycle is exact
     aborted: bool = False
     out: Queue[tuple[int, bool]] = field(default_factory=Queue)  # (completion tokens, finished)
@@ -113,10 +120,12 @@ class Engine(threading.Thread):
         self.finished = 0
         self.passes = 0
         self.rng = random.Random(server.seed)
-        self.accepted_total = 0  # since start or /flush_cache, for avg_spec_accept_length
+        self.accepted_total = 0  # lifetime, folded in per log interval: avg_spec_accept_length
         self.verify_total = 0
         self.step_times: dict[str, list[float]] = {}
-        self.window: list[tuple[int, int, int, float]] = []  # (tokens, verify ct, correct, s)
+        self.decode_ct = 0  # decode batches since start or /flush_cache (forward_ct_decode)
+        self.last_tic = time.perf_counter()  # end of the previous step-time window
+        self.window: list[tuple[int, int, int]] = []  # (tokens, verify ct, correct) per batch
         self.halted = False
 
     def submit(self, req: Request) -> None:
@@ -125,8 +134,10 @@ class Engine(threading.Thread):
             self.cond.notify()
 
     def flush(self) -> None:
+        """SGLang's reset_metrics: the lifetime totals and the decode count, not the step
+        times nor the window's start."""
         with self.cond:
-            self.accepted_total = self.verify_total = 0
+            self.accepted_total = self.verify_total = self.decode_ct = 0
 
     def run(self) -> None:
         while True:
@@ -192,13 +203,12 @@ class Engine(threading.Thread):
             c.inc()
         for g in m.each(m.is_cuda_graph):
             g.set(1 if t.graph else 0)
-        if s.record_step_time:
-            with self.cond:
-                self.step_times.setdefault(str(batch), []).append(cycle / 1000.0)
         _, _, drafts = s.spec.resolved()
+        fixed = s.args.fake_accept_length is not None
         emitted = 0
         for req in list(self.running):
-            req.carry += t.accept_length
+            scale = 1.0 if fixed else req.accept_scale
+            req.carry += 1.0 + (t.accept_length - 1.0) * scale
             k = max(1, min(int(req.carry), req.max_new - req.tokens))
             req.carry -= int(req.carry)
             req.tokens += k
@@ -206,9 +216,6 @@ class Engine(threading.Thread):
             req.correct += k - 1
             req.proposed += drafts - 1
             emitted += k
-            with self.cond:
-                self.accepted_total += k
-                self.verify_total += 1
             done = req.tokens >= req.max_new
             req.out.put((req.tokens, done))
             if done:
@@ -217,21 +224,30 @@ class Engine(threading.Thread):
         for c in m.each(m.generation_tokens):
             c.inc(emitted)
         self.passes += 1
-        self.window.append((emitted, batch, emitted - batch, cycle / 1000.0))
-        if self.passes % max(1, s.args.decode_log_interval) == 0:
-            self._log_decode(t.graph)
+        self.decode_ct += 1
+        self.window.append((emitted, batch, emitted - batch))
+        if self.decode_ct % max(1, s.args.decode_log_interval) == 0:
+            self._report_decode(t.graph, batch)
 
-    def _log_decode(self, graph: bool) -> None:
+    def _report_decode(self, graph: bool, batch: int) -> None:
         s = self.server
+        now = time.perf_counter()
+        gap, self.last_tic = now - self.last_tic, now
+        interval = max(1, s.args.decode_log_interval)
         tokens = sum(w[0] for w in self.window)
         verifies = sum(w[1] for w in self.window)
         correct = sum(w[2] for w in self.window)
-        seconds = sum(w[3] for w in self.window) or 1e-9
         self.window.clear()
+        with self.cond:
+            self.accepted_total += tokens
+            self.verify_total += verifies
+            if s.record_step_time:
+                model_s = gap / s.args.fake_time_scale
+                self.step_times.setdefault(str(batch), []).append(model_s / interval)
         accept = tokens / verifies if verifies else 0.0
         _, _, drafts = s.spec.resolved()
         rate = correct / (verifies * max(1, drafts - 1)) if verifies else 0.0
-        throughput = tokens / seconds
+        throughput = tokens / (gap / s.args.fake_time_scale) if gap > 0 else 0.0
         m = s.metrics
         for g in m.each(m.gen_throughput):
             g.set(throughput)
@@ -247,7 +263,7 @@ class Engine(threading.Thread):
             for g in m.each(m.accept_rate):
                 g.set(rate)
         used = sum(r.prompt_len + r.tokens for r in self.running)
-        log(f"Decode batch, #running-req: {len(self.running)}, #token: {used}, "
+        log(f"Decode batch, #running-req: {batch}, #token: {used}, "
             f"token usage: {used / 500000:.2f}, {spec}cuda graph: {graph}, "
             f"gen throughput (token/s): {throughput:.2f}, #queue-req: {len(self.waiting)}",
             "TP0")

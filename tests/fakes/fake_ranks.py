@@ -1,15 +1,18 @@
-"""One rank ("scheduler") process of the SGLang stand-in. TEST EQUIPMENT ONLY.
+"""One rank ("scheduler") process of the SGLang stand-in, and how the server starts them.
+TEST EQUIPMENT ONLY.
 
-Started by tests/fakes/sglang_server.py with the server's own environment, like SGLang's
-spawned schedulers. It writes NCCL-format INFO lines (shared/reference/nccl.md) for the
-NCCL_* variables it inherited, fails at "init" with SGLang's real error texts when told to,
-reports readiness on a pipe, then stays alive until its parent goes away.
+Started by tests/fakes/sglang_server.py (``Ranks``) with the server's own environment, like
+SGLang's spawned schedulers. A rank writes NCCL-format INFO lines (shared/reference/nccl.md)
+for the NCCL_* variables it inherited, loads its weights (``--delay``), fails with SGLang's
+real error texts when told to (graph capture and the KV pool come after the weights), reports
+readiness on a pipe, then stays alive until its parent goes away.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -17,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TextIO
 
 from search_spaces import knobs
@@ -144,12 +148,91 @@ def write_nccl_log(rank: int, tp: int, fault: str | None) -> None:
             out.close()
 
 
+def stamp(tag: str = "") -> str:
+    """SGLang's line prefix, ``[YYYY-mm-dd HH:MM:SS(.mmm)( tag)]``: milliseconds with
+    ``SGLANG_LOG_MS`` (srt/utils/common.py ``configure_logger``)."""
+    now = time.time()
+    text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    if os.environ.get("SGLANG_LOG_MS", "").lower() in ("1", "true"):
+        text += f".{int(now % 1 * 1000):03d}"
+    return f"[{text}{' ' + tag if tag else ''}]"
+
+
+class Ranks:
+    """The server's side: start the rank processes, wait for them, stop them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root  # on the ranks' PYTHONPATH
+        self.children: list[tuple[int, subprocess.Popen[bytes]]] = []
+        self._read_fd: int | None = None
+
+    def start(self, count: int, tp: int, fault: str | None, delay: float,
+              ignore_sigterm: bool, grandchild: bool) -> None:
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ)  # inherited: the marker and every NCCL_* reach the ranks
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.root), env.get("PYTHONPATH"))
+                                            if p)
+        for rank in range(count):
+            cmd = [sys.executable, "-m", "tests.fakes.fake_ranks", "--rank", str(rank),
+                   "--tp", str(tp), "--ready-fd", str(write_fd), "--delay", str(delay)]
+            cmd += ["--fault", fault] if fault else []
+            cmd += ["--ignore-sigterm"] if ignore_sigterm else []
+            cmd += ["--grandchild"] if grandchild else []
+            proc = subprocess.Popen(cmd, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL)
+            self.children.append((rank, proc))
+        os.close(write_fd)
+        self._read_fd = read_fd
+
+    def wait(self, deadline: float) -> str | None:
+        """Wait until every rank reported ready; returns SGLang's failure line, if any."""
+        assert self._read_fd is not None, "start() first"
+        reported: set[int] = set()
+        buffer = b""
+        try:
+            while len(reported) < len(self.children):
+                for rank, proc in self.children:
+                    if rank not in reported and proc.poll() is not None:
+                        return (f"Rank {rank} scheduler died during initialization "
+                                f"(exit code: {proc.returncode})")
+                if time.monotonic() > deadline:
+                    return "Rank 0 scheduler did not start in time"
+                readable, _, _ = select.select([self._read_fd], [], [], 0.02)
+                if readable:
+                    buffer += os.read(self._read_fd, 4096)
+                    *lines, buffer = buffer.split(b"\n")
+                    reported.update(int(x) for x in lines if x.strip())
+            return None
+        finally:
+            os.close(self._read_fd)
+            self._read_fd = None
+
+    def any_dead(self) -> bool:
+        return any(proc.poll() is not None for _, proc in self.children)
+
+    def kill_first(self) -> None:
+        if self.children:
+            self.children[0][1].kill()
+
+    def stop(self, grace: float = 1.0) -> None:
+        for _, proc in self.children:
+            if proc.poll() is None:
+                proc.terminate()
+        end = time.monotonic() + grace
+        for _, proc in self.children:
+            try:
+                proc.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fake_ranks")
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
     parser.add_argument("--fault", choices=sorted(STARTUP_FAULTS))
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds loading weights")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--grandchild", action="store_true")
     args = parser.parse_args(argv)
@@ -157,10 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = os.getppid()
     write_nccl_log(args.rank, args.tp, args.fault)
+    time.sleep(args.delay)
     if args.fault and args.rank == 0:
         text = STARTUP_FAULTS[args.fault].format(algo=os.environ.get("NCCL_ALGO", "Tree"))
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        sys.stdout.write(f"[{stamp} TP{args.rank}] {text}")
+        sys.stdout.write(f"{stamp(f'TP{args.rank}')} {text}")
         sys.stdout.flush()
         return 1
     if args.fault:  # the other ranks wait in a collective that rank 0 never joins

@@ -1,115 +1,81 @@
 """A stand-in for an SGLang server. TEST EQUIPMENT ONLY, never the product's default.
 
 Run as ``python -m tests.fakes.sglang_server <sglang flags> [--fake-* switches]``. It parses
-SGLang's CLI (unknown flags are an argparse error, like SGLang), logs SGLang's real lines,
-serves SGLang's endpoints (``/health_generate``, ``/health``, ``/ready``, ``/server_info``,
-``/metrics``, streaming ``/generate``, ...) with SGLang's formats (shared/reference/sglang.md),
-and takes its timing from tests/fakes/cost_model.py through a batching scheduler loop
-(fake_engine.py). Rank processes (fake_ranks.py) are started from this process's
-environment and write NCCL's INFO lines, so the NCCL_* settings a test passes can be read
-back from NCCL-format logs.
+SGLang's own CLI, captured from the installed SGLang into a fixture (sglang_cli.py: unknown
+or ambiguous flags are argparse errors, as in SGLang), logs SGLang's real lines, serves
+SGLang's endpoints (``/health_generate``, ``/health``, ``/ready``, ``/server_info``,
+``/metrics``, streaming ``/generate``, ...) with SGLang's formats
+(shared/reference/sglang.md), and takes its timing from tests/fakes/cost_model.py through a
+batching scheduler loop (fake_engine.py). Startup loads weights by load format and captures
+decode graphs by batch size (fake_startup.py); acceptance depends on the prompt's content
+(content.py). Rank processes (fake_ranks.py) are started from this process's environment and
+write NCCL's INFO lines, so the NCCL_* settings a test passes can be read back from
+NCCL-format logs.
 
 Times are model milliseconds; the server sleeps ``ms * --fake-time-scale``. The device-timer
-counters and step times report model time, so ``verify_ms`` reads back exactly what the
-model (or ``--fake-verify-ms``) says, while measured tok/s is model tok/s / time scale.
+counters report model time, so ``verify_ms`` reads back what the model (or
+``--fake-verify-ms``) says; step times are wall time on the model's clock (idle time
+included, as SGLang's), and measured tok/s is model tok/s / time scale.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import select
 import signal
-import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST
-
-from search_spaces.knobs import CATALOGUE, KnobKind, Value
-from tests.fakes import cost_model
+from tests.fakes import cost_model, sglang_cli
 from tests.fakes.cost_model import SpecParams, Timing
 from tests.fakes.fake_engine import Engine, Metrics, Request, log
+from tests.fakes.fake_http import FakeHTTPServer
+from tests.fakes.fake_ranks import Ranks
+from tests.fakes.fake_startup import Startup, target_load_s
 
 VERSION = "0.5.23"
 FAULTS = ("crash-startup", "hang-startup", "oom-startup", "die-mid-round", "hang-mid-round",
           "ignore-sigterm", "setsid-grandchild", "slow")
-SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 READY_LINE = "The server is fired up and ready to roll!"
 ROOT = Path(__file__).resolve().parents[2]
+CLI = sglang_cli.load_fixture()
 
 
 # ---------------------------------------------------------------- the CLI
 
 
-def _knob_type(choices: tuple[Value, ...]) -> type:
-    values = [c for c in choices if c is not None]
-    return int if values and all(isinstance(c, int) and not isinstance(c, bool) for c in values) \
-        else str
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sglang serve")
-    p.add_argument("--model-path", "--model", dest="model_path", required=True)
-    p.add_argument("--tokenizer-path")
-    p.add_argument("--served-model-name")
-    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    p.add_argument("--dp-size", type=int, default=1)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--enable-metrics", action="store_true")
-    p.add_argument("--enable-metrics-for-all-schedulers", action="store_true")
-    p.add_argument("--speculative-algorithm", choices=SPEC_ALGORITHMS)
-    p.add_argument("--speculative-draft-model-path", "--speculative-draft")
-    p.add_argument("--mem-fraction-static", type=float)
-    p.add_argument("--random-seed", type=int)
-    p.add_argument("--log-level", default="info")
-    p.add_argument("--decode-log-interval", type=int, default=40)
-    p.add_argument("--watchdog-timeout", type=float, default=300.0)
-    p.add_argument("--max-running-requests", type=int)
-    p.add_argument("--load-format", default="auto")
-    p.add_argument("--skip-tokenizer-init", action="store_true")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--context-length", type=int)
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--attention-backend")
-    p.add_argument("--chunked-prefill-size", type=int)
-    p.add_argument("--cuda-graph-max-bs-prefill", type=int)
-    p.add_argument("--cuda-graph-bs-decode", type=int, nargs="+")
-    p.add_argument("--cuda-graph-backend-decode", choices=("full", "breakable", "disabled"))
-    p.add_argument("--disable-decode-cuda-graph", action="store_true")
-    p.add_argument("--disable-prefill-cuda-graph", action="store_true")
-    p.add_argument("--disable-cuda-graph", action="store_true")  # deprecated, still parses
-    p.add_argument("--torch-compile-max-bs", type=int)
-    p.add_argument("--enable-flashinfer-allreduce-fusion", action="store_true")  # -> auto
-    p.add_argument("--pre-warm-nccl", action="store_true")
-    p.add_argument("--incremental-streaming-output", action="store_true")
-    for knob in CATALOGUE.values():  # every flag servetune can tune, as SGLang spells it
-        if knob.kind is not KnobKind.FLAG:
-            continue
-        if knob.is_switch:
-            p.add_argument(knob.name, action="store_true")
-        else:
-            p.add_argument(knob.name, type=_knob_type(knob.choices))
-
+    """SGLang's parser (from the fixture) plus the stand-in's own ``--fake-*`` switches."""
+    p = sglang_cli.build_parser(CLI)
     g = p.add_argument_group("stand-in switches (test equipment only)")
-    g.add_argument("--fake-startup-s", type=float, default=0.3, help="time to ready")
+    g.add_argument("--fake-startup-s", type=float, default=0.3,
+                   help="least time to ready (real seconds)")
+    g.add_argument("--fake-load-s", type=float, default=0.0,
+                   help="modelled seconds to load the target's real weights")
+    g.add_argument("--fake-draft-load-s", type=float, default=0.0,
+                   help="modelled seconds to load the draft's real weights")
+    g.add_argument("--fake-dummy-load-s", type=float, default=0.0,
+                   help="modelled seconds to set up a model with --load-format dummy")
+    g.add_argument("--fake-capture-s", type=float, default=0.0,
+                   help="modelled seconds per captured decode batch size, per model")
+    g.add_argument("--fake-warmup-s", type=float, default=0.0,
+                   help="modelled seconds of the warm-up request (none with "
+                        "--skip-server-warmup)")
+    g.add_argument("--fake-startup-scale", type=float, default=1.0,
+                   help="real seconds per modelled startup second")
     g.add_argument("--fake-time-scale", type=float, default=0.05,
                    help="real seconds per model second")
     g.add_argument("--fake-noise", type=float, default=0.02, help="multiplicative noise (sd)")
     g.add_argument("--fake-seed", type=int, help="noise seed (default: --random-seed or 0)")
     g.add_argument("--fake-verify-ms", type=float, help="override the model's verify ms")
     g.add_argument("--fake-draft-ms", type=float, help="override the model's draft ms")
-    g.add_argument("--fake-accept-length", type=float, help="override the accept length")
+    g.add_argument("--fake-accept-length", type=float,
+                   help="override the accept length (whatever the prompts' content)")
     g.add_argument("--fake-fault", choices=FAULTS)
     g.add_argument("--fake-fault-if", action="append", default=[],
                    metavar="FAULT:NAME=VALUE[,NAME=VALUE]",
@@ -128,126 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def flag_values(args: argparse.Namespace) -> dict[str, Value]:
-    """The catalogue's flags as set on the command line (knob name -> value)."""
-    out: dict[str, Value] = {}
-    for knob in CATALOGUE.values():
-        if knob.kind is KnobKind.FLAG:
-            value = getattr(args, knob.name[2:].replace("-", "_"))
-            if value is not None and value is not False:
-                out[knob.name] = value
+def flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    """SGLang's flags set on the command line (every spelling -> value), with the deprecated
+    fusion switch as the backend it maps to."""
+    out = sglang_cli.given_options(args, CLI)
     if args.enable_flashinfer_allreduce_fusion and \
             "--flashinfer-allreduce-fusion-backend" not in out:
         out["--flashinfer-allreduce-fusion-backend"] = "auto"
     return out
-
-
-# ---------------------------------------------------------------- HTTP
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _HTTPServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet access log
-        pass
-
-    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _json(self, code: int, data: Any) -> None:
-        self._send(code, json.dumps(data).encode())
-
-    def do_GET(self) -> None:
-        fake = self.server.fake
-        path = self.path.split("?", 1)[0]
-        if path in ("/health", "/health_generate", "/ready"):
-            self._send(200 if fake.ready.is_set() else 503, b"")
-        elif path == "/metrics":
-            if not fake.args.enable_metrics:
-                self._send(404, b'{"detail":"Not Found"}')
-            else:
-                self._send(200, fake.metrics.text(), CONTENT_TYPE_LATEST)
-        elif path in ("/server_info", "/get_server_info"):
-            self._json(200, fake.server_info())
-        elif path in ("/model_info", "/get_model_info"):
-            self._json(200, {"model_path": fake.args.model_path,
-                             "tokenizer_path": fake.args.tokenizer_path, "is_generation": True})
-        elif path == "/v1/models":  # answers before warm-up ends, as SGLang's does
-            self._json(200, {"object": "list", "data": [{"id": fake.model_name,
-                                                          "object": "model"}]})
-        else:
-            self._send(404, b'{"detail":"Not Found"}')
-
-    def do_POST(self) -> None:
-        fake = self.server.fake
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        path = self.path.split("?", 1)[0]
-        if path == "/flush_cache":
-            fake.engine.flush()
-            self._send(200, b"Cache flushed.\n", "text/plain")
-            return
-        if path != "/generate":
-            self._send(404, b'{"detail":"Not Found"}')
-            return
-        if not fake.ready.is_set():
-            self._json(503, {"error": {"message": "The server is not ready."}})
-            return
-        try:
-            body = json.loads(raw or b"{}")
-            ids = body.get("input_ids")
-            text = body.get("text")
-            prompt_len = len(ids) if isinstance(ids, list) else len(str(text or "").split())
-            params = body.get("sampling_params") or {}
-            max_new = int(params.get("max_new_tokens", 128))
-        except (ValueError, TypeError, AttributeError) as err:
-            self._json(400, {"error": {"message": f"bad request: {err}"}})
-            return
-        if prompt_len == 0 or max_new < 1:
-            self._json(400, {"error": {"message": "input_ids or text and max_new_tokens >= 1"}})
-            return
-        req = Request(uuid.uuid4().hex, prompt_len, max_new)
-        fake.engine.submit(req)
-        try:
-            if body.get("stream"):
-                self._stream(req)
-            else:
-                tokens, done = 0, False
-                while not done:
-                    tokens, done = req.out.get()
-                self._json(200, fake.chunk(req, tokens, True))
-        except (BrokenPipeError, ConnectionResetError):
-            req.aborted = True
-
-    def _write_chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-
-    def _stream(self, req: Request) -> None:
-        fake = self.server.fake
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        done = False
-        while not done:
-            tokens, done = req.out.get()
-            payload = json.dumps(fake.chunk(req, tokens, done))
-            self._write_chunk(f"data: {payload}\n\n".encode())
-        self._write_chunk(b"data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: FakeServer
 
 
 # ---------------------------------------------------------------- the server
@@ -262,8 +116,12 @@ class FakeServer:
         self.flags = flag_values(args)
         self.spec = SpecParams(args.speculative_algorithm, args.speculative_num_steps,
                                args.speculative_eagle_topk, args.speculative_num_draft_tokens)
+        self.startup = Startup(args, log, self._wait_watching, self.spec.on,
+                               self.spec.resolved()[2])
+        # SGLang captures the largest batch of the list (memory_hook.py): the cost model's knob
+        self.flags["--cuda-graph-max-bs-decode"] = max(self.startup.sizes, default=0)
         self.ready = threading.Event()
-        self.children: list[tuple[int, subprocess.Popen[bytes]]] = []
+        self.ranks = Ranks(ROOT)
         self._dying = threading.Lock()
         ranks = list(range(self.tp)) if args.enable_metrics_for_all_schedulers else [0]
         self.metrics = Metrics(self.model_name, ranks)
@@ -306,7 +164,7 @@ class FakeServer:
             os.environ["NCCL_CUMEM_ENABLE"] = "1" if symm else "0"
         if "NCCL_NVLS_ENABLE" not in os.environ or nvls or symm:
             os.environ["NCCL_NVLS_ENABLE"] = str(int(nvls or symm))
-        if self.tp > 1 and not self.args.disable_cuda_graph:
+        if self.tp > 1 and self.startup.sizes:
             os.environ.setdefault("NCCL_GRAPH_REGISTER", "0")
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
 
@@ -350,80 +208,37 @@ class FakeServer:
                              "graph": 0.5},
         }
         with self.engine.cond:
-            state["step_time_dict"] = {k: list(v) for k, v in self.engine.step_times.items()}
+            if self.record_step_time:
+                state["step_time_dict"] = {k: list(v) for k, v in self.engine.step_times.items()}
             if self.spec.on and self.engine.verify_total:
                 state["avg_spec_accept_length"] = (self.engine.accepted_total
                                                    / self.engine.verify_total)
         return {**args, "version": VERSION, "internal_states": [state]}
 
     # ------------------------------------------------------------ processes
-    def _start_ranks(self, fault: str | None) -> int:
-        """Start the rank processes; returns the read end of their readiness pipe."""
-        read_fd, write_fd = os.pipe()
-        env = dict(os.environ)  # inherited: the marker and every NCCL_* reach the ranks
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        for rank in range(min(self.tp, max(1, self.args.fake_max_ranks))):
-            cmd = [sys.executable, "-m", "tests.fakes.fake_ranks", "--rank", str(rank),
-                   "--tp", str(self.tp), "--ready-fd", str(write_fd)]
-            if fault:
-                cmd += ["--fault", fault]
-            if self.args.fake_fault == "ignore-sigterm":
-                cmd.append("--ignore-sigterm")
-            if self.args.fake_fault == "setsid-grandchild":
-                cmd.append("--grandchild")
-            proc = subprocess.Popen(cmd, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL)
-            self.children.append((rank, proc))
-        os.close(write_fd)
-        return read_fd
-
-    def _wait_ranks(self, read_fd: int, deadline: float) -> str | None:
-        """Wait until every rank reported ready; returns the failure line, if any."""
-        reported: set[int] = set()
-        buffer = b""
-        while len(reported) < len(self.children):
-            for rank, proc in self.children:
-                if rank not in reported and proc.poll() is not None:
-                    return (f"Rank {rank} scheduler died during initialization "
-                            f"(exit code: {proc.returncode})")
-            if time.monotonic() > deadline:
-                return "Rank 0 scheduler did not start in time"
-            readable, _, _ = select.select([read_fd], [], [], 0.02)
-            if readable:
-                data = os.read(read_fd, 4096)
-                buffer += data
-                *lines, buffer = buffer.split(b"\n")
-                reported.update(int(x) for x in lines if x.strip())
-        return None
-
-    def stop_children(self, grace: float = 1.0) -> None:
-        for _, proc in self.children:
-            if proc.poll() is None:
-                proc.terminate()
-        end = time.monotonic() + grace
-        for _, proc in self.children:
-            try:
-                proc.wait(max(0.0, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
     def die(self) -> None:
         """A scheduler crash mid-serving: SGLang's parent logs it and kills its tree."""
         if not self._dying.acquire(blocking=False):
             return
         time.sleep(0.05)  # let the response that just finished reach its client
-        if self.children:
-            self.children[0][1].kill()
+        self.ranks.kill_first()
         log("Received sigquit from a child process. It usually means the child failed.")
-        self.stop_children(grace=0.2)
+        self.ranks.stop(grace=0.2)
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         log("Received SIGTERM. Shutting down.")
-        self.stop_children()
+        self.ranks.stop()
         sys.stdout.flush()
         os._exit(0)
+
+    def _wait_watching(self, seconds: float) -> None:
+        """Sleep ``seconds`` (forever while hanging at startup), dying with a rank."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end or self.args.fake_fault == "hang-startup":
+            self._check_children()
+            time.sleep(min(0.02, max(0.0, end - time.monotonic())) or 0.02)
 
     # ------------------------------------------------------------ main
     def run(self) -> int:
@@ -437,33 +252,34 @@ class FakeServer:
         log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
         self.apply_sglang_env()
         try:
-            http = _HTTPServer((a.host, a.port), Handler)
+            http = FakeHTTPServer((a.host, a.port), self)
         except OSError as err:
             log(f"ERROR:    [Errno {err.errno}] error while attempting to bind on address "
                 f"('{a.host}', {a.port}): {err.strerror.lower() if err.strerror else err}")
             return 1
-        http.fake = self
         threading.Thread(target=http.serve_forever, name="http", daemon=True).start()
         log("Init torch distributed begin.", "TP0")
-        fault = self.startup_fault()
-        read_fd = self._start_ranks(fault)
-        problem = self._wait_ranks(read_fd, started + max(30.0, a.fake_startup_s + 30.0))
-        os.close(read_fd)
+        load_s = target_load_s(a) * a.fake_startup_scale  # the ranks load, then capture
+        self.ranks.start(min(self.tp, max(1, a.fake_max_ranks)), self.tp, self.startup_fault(),
+                         load_s, a.fake_fault == "ignore-sigterm",
+                         a.fake_fault == "setsid-grandchild")
+        self.startup.weights_begin()
+        problem = self.ranks.wait(time.monotonic() + load_s + max(30.0, a.fake_startup_s + 30.0))
         if problem:
             log(problem)
-            self.stop_children()
+            self.ranks.stop()
             return 1
-        log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=60.00 GB, "
-            "mem usage=15.00 GB.", "TP0")
-        log("Capture cuda graph begin. This can take up to several minutes. avail mem=44.50 GB",
-            "TP0")
-        while time.monotonic() < started + a.fake_startup_s or a.fake_fault == "hang-startup":
-            self._check_children()
-            time.sleep(0.02)
-        log("Capture cuda graph end. Time elapsed: 0.30 s. mem usage=0.50 GB. avail mem=44.00 GB.",
-            "TP0")
+        self.startup.weights_end(load_s)  # the ranks' own start-up is not loading
+        self.startup.capture_begin("target")
+        if a.fake_fault == "hang-startup":
+            self._wait_watching(0.0)
+        self.startup.capture("target")
+        if self.spec.on:
+            self.startup.draft()
+        self._wait_watching(started + a.fake_startup_s - time.monotonic())
         log(f"Uvicorn running on http://{a.host}:{a.port} (Press CTRL+C to quit)")
         self.engine.start()
+        self.startup.warmup()
         self.ready.set()
         log(READY_LINE)
         print(f"FAKE_READY_AT {time.time():.6f}", flush=True)
@@ -472,7 +288,7 @@ class FakeServer:
             time.sleep(0.05)
 
     def _check_children(self) -> None:
-        if any(proc.poll() is not None for _, proc in self.children):
+        if self.ranks.any_dead():
             self.die()
 
 

@@ -130,3 +130,22 @@ def test_port_helpers() -> None:
         sock.listen()
         assert not process.port_is_free(port)
     assert process.wait_port_free(port, 1.0)
+
+
+def test_server_starts_in_the_given_working_directory(tmp_path: Path) -> None:
+    """A relative program path (``python serve.py``) means what it means in the user's shell
+    when the server starts in the user's directory, not in the trial's."""
+    user_dir = tmp_path / "user"
+    user_dir.mkdir()
+    (user_dir / "serve.py").write_text("import os\nprint('cwd=' + os.getcwd(), flush=True)\n")
+    server = process.ServerProcess.spawn([PY, "serve.py"], dict(os.environ),
+                                         tmp_path / "trial" / "server.log", _marker(),
+                                         cwd=user_dir)
+    assert server.popen.wait(10) == 0
+    assert f"cwd={user_dir}" in server.log_text()
+    elsewhere = process.ServerProcess.spawn([PY, "serve.py"], dict(os.environ),
+                                            tmp_path / "other.log", _marker(), cwd=tmp_path)
+    assert elsewhere.popen.wait(10) != 0  # no serve.py there
+    assert "serve.py" in elsewhere.log_text()
+    server.stop()
+    elsewhere.stop()

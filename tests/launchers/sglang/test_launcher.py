@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import socket
-import sys
 import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ import launchers.sglang.launcher
 from launchers.base import TrialContext
 from launchers.failures import FailureKind, TrialFailed
 from launchers.process import free_port
+from launchers.sglang.datasets import DatasetError
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload, conflicting_server_args
-from search_spaces.knobs import CATALOGUE, Value
+from search_spaces.knobs import CATALOGUE, Group, Knob, KnobKind, Value
 
 CONFIG: dict[str, Value] = {
     "NCCL_ALGO": "allreduce:tree",
@@ -50,10 +50,11 @@ def test_plan_argv_and_env(tmp_path: Path) -> None:
         "--speculative-draft-model-path", "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B",
         "--speculative-algorithm", "EAGLE3", "--tp-size", "4", "--host", "127.0.0.1",
         "--port", "31000", "--enable-metrics", "--mem-fraction-static", "0.8",
-        "--disable-custom-all-reduce", "--speculative-num-steps", "3")
+        "--disable-custom-all-reduce", "--speculative-num-steps", "3",
+        "--cuda-graph-bs-decode", "1")
     trial = tmp_path / "t1"
     assert dict(plan.env) == {
-        "NCCL_ALGO": "allreduce:tree", "NCCL_MAX_NCHANNELS": "4",
+        "NCCL_ALGO": "allreduce:tree", "NCCL_MAX_NCHANNELS": "4", "SGLANG_LOG_MS": "1",
         "SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1", "SGLANG_RECORD_STEP_TIME": "1",
         "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING",
         "NCCL_DEBUG_FILE": str(trial / "nccl.%h.%p.log"), "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
@@ -72,12 +73,76 @@ def test_plan_is_pure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_options_off(tmp_path: Path) -> None:
     w = workload(draft_model=None, speculative_algorithm=None, metrics=False, nccl_debug=False,
-                 tp=2, server_args=[], server_cmd=["python", "-m", "sglang.launch_server"])
+                 tp=2, server_args=[], server_cmd=["python", "-m", "sglang.launch_server"],
+                 capture_concurrency=False)
     plan = w.plan({"NCCL_PROTO": "LL"}, ctx(tmp_path, gpus=()))
     assert plan.argv == ("python", "-m", "sglang.launch_server", "--model-path",
                          "meta-llama/Llama-3.1-70B-Instruct", "--tp-size", "2", "--host",
                          "127.0.0.1", "--port", "31000")
-    assert dict(plan.env) == {"NCCL_PROTO": "LL"}
+    assert dict(plan.env) == {"NCCL_PROTO": "LL", "SGLANG_LOG_MS": "1"}
+
+
+def _captured(argv: Sequence[str]) -> list[str] | None:
+    """The words after --cuda-graph-bs-decode (nargs="+": up to the next flag)."""
+    if "--cuda-graph-bs-decode" not in argv:
+        return None
+    rest = list(argv)[list(argv).index("--cuda-graph-bs-decode") + 1:]
+    return [w for w in rest[:next((i for i, w in enumerate(rest) if w.startswith("--")),
+                                  len(rest))]]
+
+
+def test_capture_sizes_are_the_concurrency_levels(tmp_path: Path) -> None:
+    w = workload(concurrency=[16, 1, 4], objective_concurrency=8)
+    plan = w.plan({}, ctx(tmp_path))
+    assert _captured(plan.argv) == ["1", "4", "8", "16"]
+    assert plan.argv[-5] == "--cuda-graph-bs-decode"  # last: after the user's flags and knobs
+    assert any("batch sizes 1 4 8 16 only" in n for n in plan.notes)
+
+
+def test_largest_captured_batch_stays_a_knob(tmp_path: Path) -> None:
+    """SGLang takes max_bs = max(bs) when a list is given: the knob's value closes the list."""
+    w = workload(concurrency=[1, 4, 16, 64])
+    plan = w.plan({"--cuda-graph-max-bs-decode": 32}, ctx(tmp_path))
+    assert _captured(plan.argv) == ["1", "4", "16", "32"]
+    assert plan.argv[plan.argv.index("--cuda-graph-max-bs-decode") + 1] == "32"
+    assert _captured(w.plan({"--cuda-graph-max-bs-decode": 2}, ctx(tmp_path)).argv) == ["1", "2"]
+    from_args = workload(concurrency=[1, 4, 16], server_args=["--cuda-graph-max-bs-decode=8"])
+    assert _captured(from_args.plan({}, ctx(tmp_path)).argv) == ["1", "4", "8"]
+
+
+@pytest.mark.parametrize("server_args", [
+    ["--cuda-graph-bs-decode", "1", "2", "3"],
+    ["--cuda-graph-config", '{"decode": {"bs": [2]}}'],
+    ["--disable-decode-cuda-graph"],
+    ["--cuda-graph-backend-decode", "disabled"],
+])
+def test_user_capture_settings_win(tmp_path: Path, server_args: list[str]) -> None:
+    plan = workload(concurrency=[1, 4], server_args=server_args).plan({}, ctx(tmp_path))
+    assert plan.argv.count("--cuda-graph-bs-decode") == server_args.count("--cuda-graph-bs-decode")
+    assert not any("batch sizes" in n for n in plan.notes)
+    assert workload(capture_concurrency=False).plan({}, ctx(tmp_path)).argv.count(
+        "--cuda-graph-bs-decode") == 0
+
+
+def test_config_capture_settings_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config that sets the capture list (a knob of the catalogue) renders only its own."""
+    knob = Knob("--cuda-graph-bs-decode", KnobKind.FLAG, Group.GRAPH, "capture list",
+                ("1 2",), lambda v: None)
+    monkeypatch.setitem(CATALOGUE, "--cuda-graph-bs-decode", knob)
+    plan = workload(concurrency=[1, 4]).plan({"--cuda-graph-bs-decode": "1 2"}, ctx(tmp_path))
+    assert plan.argv.count("--cuda-graph-bs-decode") == 1
+    assert _captured(plan.argv) == ["1 2"]
+
+
+@pytest.mark.parametrize("name", ["--load-format", "--speculative-draft-load-format"])
+def test_dummy_weights_render_from_the_config(tmp_path: Path, name: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    if name not in CATALOGUE:  # added to the catalogue by its own change; shaped as SGLang's
+        monkeypatch.setitem(CATALOGUE, name, Knob(name, KnobKind.FLAG, Group.GRAPH, "weights",
+                                                  ("dummy",), lambda v: None))
+    plan = workload().plan({name: "dummy"}, ctx(tmp_path))
+    assert plan.argv[plan.argv.index(name) + 1] == "dummy"
+    assert "--cuda-graph-bs-decode" in plan.argv  # the capture list still follows
 
 
 def test_tp_defaults(tmp_path: Path) -> None:
@@ -231,16 +296,38 @@ def test_preflight_busy_port(tmp_path: Path, fake_preflight: _Preflight) -> None
     assert fake_preflight.calls == []
 
 
-def test_describe_and_class_attributes() -> None:
-    w = workload()
-    assert (w.kind, w.default_metric, w.default_mode) == ("sglang", "output_tok_s", "max")
-    assert w.describe()["kind"] == "sglang"
+def test_describe_and_class_attributes(tmp_path: Path) -> None:
+    w = workload(workdir=tmp_path)
+    assert (w.kind, w.default_metric, w.default_mode) == ("sglang", "output_throughput", "max")
+    described = w.describe()
+    assert described["kind"] == "sglang" and described["dataset"] == "builtin"
+    assert described["workdir"] == str(tmp_path)  # JSON-ready
 
 
-def test_preflight_without_the_preflight_module(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "launchers.sglang.preflight", None)  # import fails
-    monkeypatch.delattr(launchers.sglang, "preflight", raising=False)
-    w = workload()
+def test_dataset_info_and_a_bad_dataset(tmp_path: Path) -> None:
+    info = workload(input_len=64).dataset_info()
+    assert info["name"] == "builtin" and info["input_len_cap"] == 64
+    bad = workload(dataset=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(DatasetError, match=r"missing\.jsonl"):
+        bad.dataset_info()
+    c = ctx(tmp_path)
+    with pytest.raises(TrialFailed) as info_:  # in a trial: invalid_config, nothing launched
+        bad.start(bad.plan({}, c), c)
+    assert info_.value.failure.kind is FailureKind.INVALID_CONFIG
+    assert info_.value.failure.message.startswith("dataset: ")
+    assert not (c.trial_dir / "server.log").exists()
+
+
+def test_preflight_with_an_interpreter_that_cannot_parse(tmp_path: Path) -> None:
+    """SGLang's parser cannot run there: the command launches unchecked (no failure, no
+    warning), while a busy port is still caught."""
+    w = workload(preflight_python=str(tmp_path / "no-such-python"))
     c = ctx(tmp_path, port=free_port())
-    w.preflight(w.plan(CONFIG, c), c)  # port checked, parser check skipped
+    assert w.preflight(w.plan(CONFIG, c), c) == []
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        busy = ctx(tmp_path, port=sock.getsockname()[1])
+        with pytest.raises(TrialFailed) as info:
+            w.preflight(w.plan(CONFIG, busy), busy)
+    assert info.value.failure.kind is FailureKind.PORT_BUSY

@@ -114,6 +114,15 @@ def test_per_cycle_missing_is_none_never_zero() -> None:
     assert per_cycle(before, CounterSnapshot(1.0, None, 10.0))["verify_ms"] is None
 
 
+def test_counters_that_did_not_move_are_missing_not_zero() -> None:
+    """The no-speculative reference: decode passes move, target_verify seconds do not."""
+    before = CounterSnapshot(verify_s=0.0, draft_s=0.0, passes=100.0)
+    after = CounterSnapshot(verify_s=0.0, draft_s=0.0, passes=180.0)
+    assert per_cycle(before, after) == {"verify_ms": None, "draft_ms": None}
+    moved = per_cycle(before, CounterSnapshot(verify_s=1.6, draft_s=0.0, passes=180.0))
+    assert moved == {"verify_ms": pytest.approx(20.0), "draft_ms": None}
+
+
 def test_counter_created_inside_the_window_counts_from_zero() -> None:
     before = CounterSnapshot(verify_s=None, draft_s=None, passes=None)
     after = CounterSnapshot(verify_s=0.5, draft_s=0.1, passes=20.0)
@@ -121,18 +130,30 @@ def test_counter_created_inside_the_window_counts_from_zero() -> None:
                                         "draft_ms": pytest.approx(5.0)}
 
 
-def test_spec_from_server_info() -> None:
-    info = {"internal_states": [{"avg_spec_accept_length": 3.2,
-                                 "step_time_dict": {"1": [0.030, 0.010, 0.020, 0.040, 0.050],
-                                                    "8": [0.1]}}]}
-    spec = metrics.spec_from_server_info(info, 1)
-    assert spec["server_accept_length"] == 3.2
-    assert spec["cycle_ms"] == pytest.approx(18.0)  # numpy.percentile(..., 20) * 1000
-    assert metrics.spec_from_server_info(info, 8)["cycle_ms"] == pytest.approx(100.0)
-    assert metrics.spec_from_server_info(info, 4)["cycle_ms"] is None
-    assert metrics.spec_from_server_info({}, 1) == {"server_accept_length": None,
-                                                   "cycle_ms": None}
-    assert metrics.spec_from_server_info({"internal_states": [{}]}, 1)["cycle_ms"] is None
+def info(steps: dict[str, list[float]], accept: float | None = None) -> dict[str, object]:
+    state: dict[str, object] = {"step_time_dict": steps}
+    if accept is not None:
+        state["avg_spec_accept_length"] = accept
+    return {"internal_states": [state]}
+
+
+def test_cycle_ms_from_the_windows_of_the_round_only() -> None:
+    before = info({"1": [0.500, 0.030]})  # an earlier round's windows (one spanned idle time)
+    after = info({"1": [0.500, 0.030, 0.030, 0.010, 0.020, 0.040, 0.050], "8": [0.1]})
+    assert metrics.cycle_ms(before, after, 1) == pytest.approx(18.0)  # numpy p20 of the 5 new
+    assert metrics.cycle_ms(before, after, 8) == pytest.approx(100.0)  # absent before: all new
+    assert metrics.cycle_ms(None, after, 8) is None  # which windows are the round's?
+    assert metrics.cycle_ms(before, after, 4) is None  # no window at this batch size
+    assert metrics.cycle_ms(after, after, 1) is None  # no window closed in the round
+    assert metrics.cycle_ms(after, before, 1) is None  # fewer than before: a restart
+    assert metrics.cycle_ms(before, None, 1) is None
+    assert metrics.cycle_ms({}, {"internal_states": [{}]}, 1) is None
+
+
+def test_server_accept_length() -> None:
+    assert metrics.server_accept_length(info({}, accept=3.2)) == 3.2
+    assert metrics.server_accept_length(info({})) is None
+    assert metrics.server_accept_length({}) is None and metrics.server_accept_length(None) is None
 
 
 def test_percentile_matches_numpy_linear() -> None:

@@ -1,0 +1,72 @@
+"""Time to ready, split by SGLang's own log lines: launch -> weights loaded -> graphs captured
+-> ready.
+
+SGLang 0.5.23 logs, on each TP rank (``[<time> TP<n>] ...``; rank 0 is read):
+- ``Load weight end. elapsed=<s> s, type=...`` after a model's weights are in place
+  (srt/model_executor/model_runner.py ``load_model``; the draft model logs its own), or
+  ``Load weight end. Committed real weights after CUDA graph capture in <s> s`` when weights
+  are committed after capture (model_runner_components/startup_weight_load.py);
+- ``Capture <role> <phase> CUDA graph end. [bs=[...], ]elapsed=<s> s, ...`` after each
+  graph capture (model_runner_components/cuda_graph_setup.py, speculative/eagle_worker_v2.py);
+- ``The server is fired up and ready to roll!`` once warm-up is done
+  (srt/entrypoints/http_server.py).
+
+Milestones (``*_at_s``) are seconds from launch to the LAST such line of each kind, read from
+the lines' timestamps: to the millisecond with ``SGLANG_LOG_MS=1`` (the launcher sets it),
+else to the second. Durations (``startup_weights_s``, ``startup_graphs_s``) add up SGLang's
+own ``elapsed=`` figures. A figure the log does not show is None.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+
+STARTUP_KEYS = ("startup_weights_at_s", "startup_graphs_at_s", "startup_ready_at_s",
+                "startup_weights_s", "startup_graphs_s")
+
+# "[2026-01-02 03:04:05.678 DP0 TP0 EP0] message": time, optional ms, optional rank tags
+_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,6}))?((?: [A-Z_]+\d+)*)\] "
+                   r"(.*)$")
+_WEIGHTS = re.compile(r"^Load weight end\.")
+_CAPTURE = re.compile(r"^Capture [^.:]*\bend\.")
+_READY = "The server is fired up and ready to roll!"
+_ELAPSED = re.compile(r"(?:elapsed=| in )(\d+(?:\.\d+)?) s\b")
+
+
+def _rank_zero(tags: str) -> bool:
+    """Rank-0 lines, or lines of the launching process (no rank tag)."""
+    ranks = [t for t in tags.split() if t.startswith("TP")]
+    return all(t == "TP0" for t in ranks)
+
+
+def _epoch(stamp: str, fraction: str | None) -> float:
+    seconds = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))  # local time, as logged
+    return seconds + (float(f"0.{fraction}") if fraction else 0.0)
+
+
+def parse(lines: Iterable[str], launched: float) -> dict[str, float | None]:
+    """The startup split from a server log (read up to the ready line); ``launched``: the
+    spawn's wall-clock time."""
+    out: dict[str, float | None] = dict.fromkeys(STARTUP_KEYS)
+    for line in lines:
+        match = _LINE.match(line.rstrip("\n"))
+        if match is None or not _rank_zero(match.group(3)):
+            continue
+        message = match.group(4)
+        if _WEIGHTS.match(message):
+            at, total = "startup_weights_at_s", "startup_weights_s"
+        elif _CAPTURE.match(message):
+            at, total = "startup_graphs_at_s", "startup_graphs_s"
+        elif message.startswith(_READY):
+            at, total = "startup_ready_at_s", None
+        else:
+            continue
+        out[at] = max(0.0, _epoch(match.group(1), match.group(2)) - launched)
+        elapsed = _ELAPSED.search(message) if total else None
+        if total and elapsed:
+            out[total] = (out[total] or 0.0) + float(elapsed.group(1))
+        if total is None:
+            break  # ready: nothing later belongs to startup
+    return out

@@ -1,0 +1,85 @@
+"""Contract: the commands the sglang workload renders for issue 18 (dummy weights, capture
+sizes from the concurrency levels, no warm-up) parse with the installed SGLang's own parser,
+and mean there what servetune means."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launchers.base import TrialContext
+from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
+from search_spaces.knobs import CATALOGUE, Group, Knob, KnobKind, Value
+
+INSTALL = ("pip install -r requirements/sglang-parser.txt && "
+           "pip install --no-deps sglang==0.5.23")
+
+pytestmark = [
+    pytest.mark.contract,
+    pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
+                       reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
+]
+
+
+class _Rejected(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise _Rejected(message)
+
+
+@pytest.fixture(scope="module")
+def parser() -> argparse.ArgumentParser:
+    try:
+        from sglang.srt.server_args import ServerArgs
+    except Exception as err:  # the import chain needs more than sglang itself
+        pytest.skip(f"SGLang is not importable with {sys.executable}: "
+                    f"{type(err).__name__}: {err} ({INSTALL})")
+    p = _Parser(prog="sglang serve")
+    ServerArgs.add_cli_args(p)
+    return p
+
+
+@pytest.fixture
+def weight_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two load-format knobs, shaped as SGLang's options, where the catalogue lacks them."""
+    for name in ("--load-format", "--speculative-draft-load-format"):
+        if name not in CATALOGUE:
+            monkeypatch.setitem(CATALOGUE, name, Knob(name, KnobKind.FLAG, Group.GRAPH,
+                                                      "weights", ("dummy",), lambda v: None))
+
+
+def _parse(parser: argparse.ArgumentParser, concurrency: list[int],
+           config: dict[str, Value], tmp_path: Path, server_args: list[str] | None = None
+           ) -> argparse.Namespace:
+    args = SGLangArgs(model="/models/x", draft_model="/models/d", speculative_algorithm="EAGLE3",
+                      concurrency=concurrency, server_args=server_args or [])
+    ctx = TrialContext("exp", "t", tmp_path, gpu_ids=("0", "1"), port=30000)
+    plan = SGLangWorkload(args).plan(config, ctx)
+    return parser.parse_args(list(plan.argv[len(args.server_cmd):]))
+
+
+@pytest.mark.usefixtures("weight_knobs")
+def test_dummy_weights_and_capture_sizes_parse(parser: argparse.ArgumentParser,
+                                              tmp_path: Path) -> None:
+    config: dict[str, Value] = {"--load-format": "dummy",
+                                "--speculative-draft-load-format": "dummy",
+                                "--cuda-graph-max-bs-decode": 8, "--speculative-num-steps": 3}
+    parsed = _parse(parser, [16, 1, 4], config, tmp_path, ["--skip-server-warmup"])
+    assert parsed.load_format == "dummy" and parsed.speculative_draft_load_format == "dummy"
+    assert parsed.cuda_graph_bs_decode == [1, 4, 8]  # SGLang then captures up to max(bs) = 8
+    assert parsed.cuda_graph_max_bs_decode == 8 and parsed.skip_server_warmup is True
+    assert parsed.speculative_num_steps == 3 and parsed.tp_size == 2
+
+
+def test_the_capture_list_does_not_swallow_later_words(parser: argparse.ArgumentParser,
+                                                       tmp_path: Path) -> None:
+    parsed = _parse(parser, [1, 2, 32], {"--enable-torch-compile": True}, tmp_path)
+    assert parsed.cuda_graph_bs_decode == [1, 2, 32] and parsed.enable_torch_compile is True
