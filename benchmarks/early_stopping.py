@@ -63,7 +63,7 @@ def cost_model_trial(config: dict[str, Any], rounds: int, noise: float, seed: in
     if value is None:
         raise RuntimeError("this configuration crashes the stand-in at startup")
     for index in range(rounds):
-        tune.report({"output_tok_s": value * round_noise(seed, config, index, noise),
+        tune.report({"output_throughput": value * round_noise(seed, config, index, noise),
                      "round": index + 1})
 
 
@@ -85,7 +85,7 @@ def run_once(scheduler: str, space_name: str, seed: int, samples: int, rounds: i
     from tuner.spec import Objective
 
     space = load(space_name)
-    objective = Objective("output_tok_s", "max", rounds)
+    objective = Objective("output_throughput", "max", rounds)
     stack = build_search(space, objective, search="random", stage_search="random",
                          samples=samples, seed=seed, failure_aware=True, max_concurrent=1,
                          out_dir=storage)
@@ -95,7 +95,7 @@ def run_once(scheduler: str, space_name: str, seed: int, samples: int, rounds: i
     class Rounds(tune.Callback):
         def on_trial_result(self, iteration: int, trials: list[Any], trial: Any,
                             result: dict[str, Any], **info: Any) -> None:
-            per_trial.setdefault(trial.trial_id, []).append(float(result["output_tok_s"]))
+            per_trial.setdefault(trial.trial_id, []).append(float(result["output_throughput"]))
             config_of[trial.trial_id] = dict(trial.config)
 
     trainable = tune.with_resources(
@@ -103,7 +103,7 @@ def run_once(scheduler: str, space_name: str, seed: int, samples: int, rounds: i
         {"cpu": 1, "gpu": TP})
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(metric="output_tok_s", mode="max", num_samples=samples,
+        tune_config=tune.TuneConfig(metric="output_throughput", mode="max", num_samples=samples,
                                     search_alg=stack.search_alg, reuse_actors=True,
                                     scheduler=build_scheduler(scheduler, objective)),
         run_config=tune.RunConfig(name=f"{scheduler}-{seed}", storage_path=str(storage),

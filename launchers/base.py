@@ -170,6 +170,11 @@ class Workload(ABC):
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind}
 
+    def inputs(self, seed: int) -> dict[str, Any] | None:
+        """What the workload measures with (e.g. the prompts' dataset), recorded once per
+        experiment; raises ValueError when the inputs are unusable (bad input)."""
+        return None
+
     def production_plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         """The plan as a user would launch it: the trial's plan without its measuring env."""
         plan = self.plan(config, ctx)

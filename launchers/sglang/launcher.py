@@ -299,6 +299,9 @@ class SGLangWorkload(Workload):
         Raises datasets.DatasetError (call it at the CLI: a bad file fails before any trial)."""
         return self.dataset(seed).describe()
 
+    def inputs(self, seed: int) -> dict[str, Any] | None:
+        return {"dataset": self.dataset_info(seed)}
+
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> SGLangRunning:
         try:
             dataset = self.dataset(ctx.seed)

@@ -93,7 +93,7 @@ def test_results_and_progress_show_the_phase(confirmed_run: Run) -> None:
     assert list(table[table["variant"].notna()]["variant"]) == ["no_speculative"]
     assert table[table["phase"] == "confirm"]["baseline"].sum() == 3
     out = result.stdout
-    header = re.search(r"^trial +phase +status +round +output_tok_s +verify_ms +settings$",
+    header = re.search(r"^trial +phase +status +round +output_throughput +verify_ms +settings$",
                        out, re.MULTILINE)
     assert header, out[-3000:]
     assert re.search(r"^\w{8} +search +done +2/2 +[\d.]+ +[\d.]+ +", out, re.MULTILINE)

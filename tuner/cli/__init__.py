@@ -40,7 +40,7 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--samples", type=int, default=12, help="trials, the baseline included")
     g.add_argument("--rounds", type=int, default=6, help="benchmark rounds per trial")
     g.add_argument("--scheduler", choices=["asha", "median", "fifo"], default="asha")
-    g.add_argument("--metric", help="default: the workload's (output_tok_s / est_tok_s)")
+    g.add_argument("--metric", help="default: the workload's (output_throughput / est_tok_s)")
     g.add_argument("--mode", choices=["max", "min"])
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--screen", choices=["proxy"],
@@ -64,8 +64,13 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--ready-timeout", type=float, help="seconds to wait for readiness")
     w.add_argument("--stop-grace", type=float, help="seconds between SIGTERM and SIGKILL when "
                    "a server stops (default 10)")
-    w.add_argument("--input-len", type=int)
-    w.add_argument("--output-len", type=int)
+    w.add_argument("--dataset", help="sglang: prompts: 'builtin' (real text shipped with "
+                   "Python, the default), 'random' (token ids), or a ShareGPT JSON / custom "
+                   "JSONL file as SGLang's bench reads them")
+    w.add_argument("--input-len", type=int, help="sglang: prompt length in tokens (a cap for "
+                   "text prompts)")
+    w.add_argument("--output-len", type=int, help="sglang: output tokens per request (a cap "
+                   "for a dataset's own lengths)")
     w.add_argument("--concurrency", help="comma list; the first is the objective")
     w.add_argument("--requests-per-round", type=int)
     w.add_argument("--no-nccl-debug", action="store_true",

@@ -126,6 +126,7 @@ _CONVERT: dict[str, Callable[[Any, Path], Any]] = {
     "model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
     "draft_model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
     "model_config": lambda v, base: v if v in _presets() else user_path(v, base),
+    "dataset": lambda v, base: v if v in ("builtin", "random") else user_path(v, base),
 }
 
 

@@ -32,6 +32,10 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False) -> list
     problems = spec.workload.checks(list(knobs.CATALOGUE))
     if problems:
         raise CliError(problems[0])
+    try:
+        setup.workload.inputs(spec.seed)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     notes = []
     node_gpus = spec.gpus_per_trial or local_gpu_count(spec)
     shortfall = spec.workload.gpu_shortfall(node_gpus)

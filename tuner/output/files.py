@@ -17,6 +17,7 @@ CONFIRM_JSON = "confirm.json"
 RULED_OUT_JSON = "ruled_out.json"
 STAGES_JSON = "stages.json"
 RUN_JSON = "run.json"
+INPUTS_JSON = "inputs.json"  # what the workload measures with (its prompts)
 
 
 def write_json(path: Path, data: Any) -> None:

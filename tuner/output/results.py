@@ -14,7 +14,7 @@ from search_spaces.knobs import CATALOGUE, Value
 from tuner.output.files import JOURNAL, RESULTS_CSV, read_journal
 from tuner.spec import Objective
 
-_LAST_ONLY = ("nccl_", "ready_s")  # columns that are per trial, not per round
+_LAST_ONLY = ("nccl_", "ready_s", "startup_")  # columns per trial, not per round
 
 
 def _mean(values: list[Any]) -> float | None:

@@ -4,7 +4,7 @@ baseline first, early stopping, then the confirm stage and the end-of-run output
 from __future__ import annotations
 
 from launchers import process
-from tuner.output.files import RUN_JSON, write_json
+from tuner.output.files import INPUTS_JSON, RUN_JSON, write_json
 from tuner.run import confirm, finish
 from tuner.run.cluster import gpus_per_trial as node_gpus_per_trial
 from tuner.run.cluster import ray_cluster, trial_slots
@@ -24,6 +24,9 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
     setup = prepare(spec)
     out_dir = spec.out_dir.resolve()
     spec.save()
+    inputs = setup.workload.inputs(spec.seed)
+    if inputs is not None:
+        write_json(out_dir / INPUTS_JSON, inputs)
     if setup.dropped:
         echo(f"not modelled by the {setup.workload.kind} workload, left at default: "
              f"{', '.join(setup.dropped)}")

@@ -1,7 +1,7 @@
 """Terminal progress: one line per trial event (launched, each round, end) in fixed columns,
 instead of Ray's periodic wall of tables:
 
-    trial     phase          status    round  output_tok_s  verify_ms  settings
+    trial     phase          status    round  output_throughput  verify_ms  settings
     bb044ab5  search         running     1/3          1653      23.96  baseline (no overrides)
     d167f13e  search         done        3/3          2342      14.76  ALGO=allreduce:ring PROTO=LL
     86c21f82  search         stopped     1/3          1616      24.12  PROTO=Simple (early stop)

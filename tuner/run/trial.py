@@ -65,6 +65,8 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
         record.warnings += space.warnings(config)
         with launch as running:
             record.plan = launch.plan.to_json() if launch.plan else None
+            startup = _numeric_only(running.startup())  # where the time to ready went
+            record.timings.update(startup)
             t_bench = time.monotonic()
             last: dict[str, Any] | None = None
             for index in range(rounds):
@@ -78,7 +80,7 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
                 record.timings.update(launch.timings, bench_s=time.monotonic() - t_bench)
                 record.write(folder)
                 last = {**_numeric_only(metrics), **_effective_columns(record.effective),
-                        "round": index + 1, "ready_s": launch.timings["ready_s"]}
+                        **startup, "round": index + 1, "ready_s": launch.timings["ready_s"]}
                 if index + 1 < rounds:
                     report(last)
             t_stop = time.monotonic()

@@ -83,14 +83,14 @@ def _entry(label: str, scores: list[float], failed: int = 0) -> dict[str, object
 def test_the_winner_is_the_best_config_whose_interval_clears_the_baseline() -> None:
     entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [120, 122, 121]),
                _entry("top 2", [130, 131, 129])]
-    decision = decide_confirmed(entries, "output_tok_s", "max", 3)
+    decision = decide_confirmed(entries, "output_throughput", "max", 3)
     assert decision.kind == "confirmed" and decision.label == "top 2"
     assert "beats the default beyond noise" in decision.text and "1.300x" in decision.text
 
 
 def test_no_winner_within_noise_says_so_plainly() -> None:
     entries = [_entry("baseline", [100, 110, 90]), _entry("top 1", [112, 104, 120])]
-    decision = decide_confirmed(entries, "output_tok_s", "max", 3)
+    decision = decide_confirmed(entries, "output_throughput", "max", 3)
     assert decision.kind == "default" and decision.label == "baseline"
     assert decision.text.startswith("No configuration beat the default beyond noise")
     assert "Keep the default settings" in decision.text
@@ -109,8 +109,8 @@ def test_a_baseline_without_an_interval_allows_no_claim() -> None:
 
 def test_lines_show_the_table_and_the_decision() -> None:
     entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [130, 131, 129])]
-    data = {"metric": "output_tok_s", "repeats": 3, "entries": entries,
-            "decision": decide_confirmed(entries, "output_tok_s", "max", 3).to_json()}
+    data = {"metric": "output_throughput", "repeats": 3, "entries": entries,
+            "decision": decide_confirmed(entries, "output_throughput", "max", 3).to_json()}
     text = "\n".join(lines(data))
     assert "baseline" in text and "top 1" in text and "100 ± 2.48 (n=3)" in text
     assert "decision: top 1" in text
@@ -122,7 +122,7 @@ def test_lines_show_the_table_and_the_decision() -> None:
 def test_the_field_case_says_speculative_decoding_does_not_pay_off() -> None:
     with_it = interval([54.0, 55.0, 53.0])
     verdict = speculative_verdict(with_it, None, {"trial_id": "r", "status": "ok", "score": 90.0},
-                                  "output_tok_s", "max")
+                                  "output_throughput", "max")
     assert verdict["pays_off"] is False and verdict["without"] == 90.0
     assert "does NOT pay off" in verdict["text"] and "serve without it" in verdict["text"]
 
