@@ -18,6 +18,7 @@ from search_spaces.domains import (
     Value,
     boolean,
     int_in,
+    int_list,
     nccl_selector,
     one_of,
     word,
@@ -108,7 +109,8 @@ _SGLANG_FLAGS = [
           "Turn off the fusion SGLang auto-enables on SM90/SM100 with tp>1.",
           _ON_OFF, boolean, "off"),
     _flag("--enable-fused-moe-sum-all-reduce", Group.FUSION,
-          "Triton MoE: fuse the top-k expert sum with the output (MoE with top-k > 2).",
+          "Triton MoE: the down-projection kernel adds the top-k experts into the output "
+          "itself (top-k > 2; not int8/int4 weight-only). No TP collective.",
           _ON_OFF, boolean, "off"),
     _flag("--disable-custom-all-reduce", Group.ALLREDUCE,
           "Use NCCL instead of SGLang's custom allreduce kernel.", _ON_OFF, boolean,
@@ -123,6 +125,11 @@ _SGLANG_FLAGS = [
           _ON_OFF, boolean, "off"),
     _flag("--cuda-graph-max-bs-decode", Group.GRAPH, "Largest decode batch captured.",
           (8, 16, 32, 64), int_in(1, 1024), "sized by SGLang from GPU memory"),
+    # arg_groups/memory_hook.py: an explicit list sets the largest decode batch to its maximum.
+    _flag("--cuda-graph-bs-decode", Group.GRAPH,
+          "Decode batch sizes captured in CUDA graphs, e.g. '1,2,4,8' (several argv words).",
+          ("1,2,4,8", "1,2,4,8,16", "1,2,4,8,16,32"), int_list(1, 4096),
+          "generated up to the largest decode batch", list_valued=True),
     _flag("--speculative-num-steps", Group.SPECULATIVE, "Draft steps per cycle.",
           (1, 2, 3, 4, 5), int_in(1, 16), "chosen by SGLang per model"),
     _flag("--speculative-eagle-topk", Group.SPECULATIVE, "Draft branches per step.",
@@ -132,6 +139,8 @@ _SGLANG_FLAGS = [
           (2, 3, 4, 6, 8), int_in(1, 64), "chosen by SGLang per model"),
     # How the server starts, for benchmark runs (random weights, no warm-up); not searched by
     # any preset. SGLang's own parser checks the load format names.
+    _flag("--load-format", Group.SETUP, "Weight format; 'dummy' loads random weights.",
+          ("dummy",), word, "auto"),
     _flag("--speculative-draft-load-format", Group.SETUP,
           "The draft model's weight format; 'dummy' loads random weights.",
           ("dummy",), word, "the target's --load-format"),
