@@ -95,4 +95,6 @@ class Knob:
             return [self.name]
         if self.list_valued:
             return [self.name, *list_words(str(value))]
+        if self.declared:  # an open flag's text: one word per whitespace-separated part
+            return [self.name, *str(value).split()]
         return [self.name, str(value)]

@@ -8,6 +8,7 @@ a space may add open knobs of its own (``open_knobs.py``), passed here as ``extr
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from search_spaces.catalogue import PRIMITIVES, SPECULATIVE_KNOBS
@@ -35,7 +36,11 @@ CATALOGUE: dict[str, Knob] = {**PRIMITIVES, **{n: c.knob for n, c in COMPOSITES.
 
 class UnknownKnob(KeyError):
     def __str__(self) -> str:
-        return f"unknown knob {self.args[0]!r}; valid knobs: {', '.join(CATALOGUE)}"
+        name = str(self.args[0])
+        near = difflib.get_close_matches(name, list(CATALOGUE), n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        return (f"unknown knob {name!r}; {hint}valid knobs: {', '.join(CATALOGUE)} (a space "
+                "may declare another as NAME: {env: TYPE, values: [...]} or {flag: ...})")
 
 
 def canonical_name(name: str) -> str:

@@ -12,6 +12,7 @@ the catalogue:
 (b) communication levers of the installed SGLang the catalogue lacks. Each must be searched
     (in the catalogue) or listed in ``NOT_SEARCHED`` with the reason (``not_searched.py``).
 
+``check_space`` holds a space's declared knobs (open knobs) against the same answer.
 ``servetune knobs --check`` prints ``check_catalogue(python).lines()``; the contract test
 fails on (a), on (b) outside NOT_SEARCHED, and on NOT_SEARCHED names this SGLang lacks.
 """
@@ -19,6 +20,7 @@ fails on (a), on (b) outside NOT_SEARCHED, and on NOT_SEARCHED names this SGLang
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +29,12 @@ from typing import Any
 from launchers.sglang import preflight
 from launchers.sglang.not_searched import NOT_SEARCHED
 from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Source
+from search_spaces.space import SearchSpace
 
-__all__ = ["NOT_SEARCHED", "Lever", "LeverReport", "check_catalogue", "compare",
+__all__ = ["NOT_SEARCHED", "Lever", "LeverReport", "check_catalogue", "check_space", "compare",
            "is_communication_lever"]
+
+logger = logging.getLogger(__name__)
 
 # The selection rule: a lever is about communication when its name says it is about
 # allreduce, all-gather, reduce-scatter, NCCL, symmetric memory, MSCCL++, PCIe, NVLink
@@ -232,3 +237,23 @@ def check_catalogue(python: str | None = None, experiment: str | None = None,
     readings = dict(zip(values, check.check_env(values, python, experiment=experiment),
                         strict=True))
     return compare(answer, readings)
+
+
+def check_space(space: SearchSpace, python: str | None = None, experiment: str | None = None,
+                checker: preflight.ParserCheck | None = None) -> None:
+    """Raise ``search_spaces.space.UnknownName`` (a SpaceError: one line naming the closest
+    real name) for a knob the space declares that the installed SGLang lacks: an
+    ``SGLANG_*`` variable outside its env registry, or a flag outside its parser. A space
+    that declares nothing starts nothing; an SGLang that cannot be read is logged and left
+    unchecked, as the preflight does."""
+    if not space.open_knobs:
+        return
+    try:
+        answer = (checker or preflight.shared()).read_levers(python, experiment)
+    except preflight.SGLangUnavailable as why:
+        logger.warning("declared knobs not checked: %s", why)
+        return
+    env = answer.get("env")
+    env_names = {str(e["name"]) for e in env} if env is not None else None
+    options = {str(n) for o in answer.get("options") or [] for n in o["names"]}
+    space.check_installed(env_names, options, answer.get("version"))
