@@ -31,6 +31,8 @@ class ServerArgs:
     def add_cli_args(parser):
         parser.add_argument("--model-path", required=True)
         parser.add_argument("--tp-size", type=int, default=1)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=30000)
         parser.add_argument("--cuda-graph-max-bs-decode", type=int)
         parser.add_argument("--cuda-graph-max-bs-prefill", type=int)
         parser.add_argument("--enable-symm-mem", action="store_true")
