@@ -16,7 +16,7 @@ the composite's choice (validation rejects such a config).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from search_spaces.catalogue import PRIMITIVES
@@ -105,6 +105,19 @@ def expand_config(config: Mapping[str, Value]) -> dict[str, Value]:
         for primitive, value in expansion(name, config.get(name)).items():
             if _is_unset(primitive, out.get(primitive)):
                 out[primitive] = value
+    return out
+
+
+def primitive_names(names: Iterable[str]) -> set[str]:
+    """``names`` with each composite replaced by every primitive it may set: what a space with
+    these knobs renders (e.g. to refuse a ``--server-arg`` that repeats one of them)."""
+    out: set[str] = set()
+    for name in names:
+        composite = COMPOSITES.get(name)
+        if composite is None:
+            out.add(name)
+        else:
+            out.update(p for expansion in composite.expansions.values() for p in expansion)
     return out
 
 

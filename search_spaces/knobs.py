@@ -12,7 +12,13 @@ import difflib
 from collections.abc import Mapping
 
 from search_spaces.catalogue import PRIMITIVES, SPECULATIVE_KNOBS
-from search_spaces.composite import ALLREDUCE_BACKEND, COMPOSITES, conflicts, expand_config
+from search_spaces.composite import (
+    ALLREDUCE_BACKEND,
+    COMPOSITES,
+    conflicts,
+    expand_config,
+    primitive_names,
+)
 from search_spaces.constraints import Config, violations
 from search_spaces.domains import (
     NCCL_ALGORITHMS,
@@ -28,7 +34,7 @@ __all__ = [
     "ALLREDUCE_BACKEND", "CATALOGUE", "COMPOSITES", "NCCL_ALGORITHMS", "NCCL_COLLECTIVES",
     "NCCL_PROTOCOLS", "SPECULATIVE_KNOBS", "Config", "Group", "Knob", "KnobKind", "Source",
     "UnknownKnob", "Value", "canonical_name", "check_config", "config_warnings",
-    "expand_config", "get", "is_global_selector", "renderer", "selector_for",
+    "expand_config", "get", "is_global_selector", "primitive_names", "renderer", "selector_for",
 ]
 
 CATALOGUE: dict[str, Knob] = {**PRIMITIVES, **{n: c.knob for n, c in COMPOSITES.items()}}

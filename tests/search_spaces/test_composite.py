@@ -6,7 +6,13 @@ import pytest
 
 from launchers.base import knob_argv, knob_env
 from search_spaces import knobs
-from search_spaces.composite import ALLREDUCE_BACKEND, COMPOSITES, conflicts, expand_config
+from search_spaces.composite import (
+    ALLREDUCE_BACKEND,
+    COMPOSITES,
+    conflicts,
+    expand_config,
+    primitive_names,
+)
 
 BACKENDS = list(COMPOSITES[ALLREDUCE_BACKEND].expansions)
 
@@ -89,3 +95,11 @@ def test_an_unknown_choice_is_refused_by_the_domain() -> None:
     assert knobs.check_config({ALLREDUCE_BACKEND: "quick"}) == [
         "allreduce-backend: must be one of " + ", ".join(repr(b) for b in BACKENDS)]
     assert expand_config({ALLREDUCE_BACKEND: "quick"}) == {}
+
+
+def test_primitive_names_of_a_space_with_the_composite() -> None:
+    names = primitive_names(["NCCL_ALGO", ALLREDUCE_BACKEND])
+    assert ALLREDUCE_BACKEND not in names
+    assert {"NCCL_ALGO", "--disable-custom-all-reduce", "--enable-mscclpp",
+            "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "--flashinfer-allreduce-fusion-backend"} <= names
+    assert primitive_names(["NCCL_ALGO"]) == {"NCCL_ALGO"}
