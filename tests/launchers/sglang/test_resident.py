@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -74,3 +77,18 @@ def test_one_reader_per_experiment(fake: FakePython) -> None:
         assert markers == ["a@1/preflight", "b@1/preflight"]
     finally:
         checker.close()
+
+
+def test_a_reader_whose_owner_died_is_reaped(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    env = {**os.environ, process.MARKER_ENV: "exp@5/preflight", process.OWNER_ENV: str(dead.pid)}
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not process.marked_processes("exp@5/"):
+            time.sleep(0.02)
+        assert process.reap("exp@5/", grace=1.0) == [orphan.pid]
+    finally:
+        orphan.kill()
+        orphan.wait()
