@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from launchers.process import LOCALHOST, ServerProcess, check_env_values, marker_value
-from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value
+from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value, expand_config, renderer
 
 Metrics = dict[str, Any]  # metric name -> float, or None when the server does not expose it
 
@@ -76,11 +76,12 @@ class LaunchPlan:
 
 
 def knob_env(config: Mapping[str, Value]) -> tuple[dict[str, str], tuple[str, ...]]:
-    """The env part of a configuration: variables to set, and env knobs left unset."""
+    """The env part of a configuration (composites expanded): variables to set, and env
+    knobs left unset."""
     env: dict[str, str] = {}
     unset: list[str] = []
-    for name, value in config.items():
-        knob = CATALOGUE[name]
+    for name, value in expand_config(config).items():
+        knob = renderer(name)
         if knob.kind is not KnobKind.ENV:
             continue
         text = knob.render_env(value)
@@ -92,11 +93,15 @@ def knob_env(config: Mapping[str, Value]) -> tuple[dict[str, str], tuple[str, ..
 
 
 def knob_argv(config: Mapping[str, Value]) -> list[str]:
-    """The flag part of a configuration, in catalogue order (stable)."""
+    """The flag part of a configuration (composites expanded): catalogue flags in catalogue
+    order, then a space's open flags by name (stable)."""
+    expanded = expand_config(config)
     argv: list[str] = []
     for name, knob in CATALOGUE.items():
-        if name in config and knob.kind is KnobKind.FLAG:
-            argv += knob.render_argv(config[name])
+        if name in expanded and knob.kind is KnobKind.FLAG:
+            argv += knob.render_argv(expanded[name])
+    for name in sorted(n for n in expanded if n not in CATALOGUE and n.startswith("--")):
+        argv += renderer(name).render_argv(expanded[name])
     return argv
 
 

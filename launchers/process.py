@@ -33,6 +33,21 @@ def marker_value(experiment: str, trial: str) -> str:
     return f"{experiment}/{trial}"
 
 
+# Helper processes that serve every trial of their owner (the resident SGLang parser), marked
+# ``<experiment>/<helper>``: a reap between trials leaves them alone while their owner lives.
+HELPERS = frozenset({"preflight"})
+
+
+def helper_marker(experiment: str, helper: str) -> str:
+    if helper not in HELPERS:
+        raise ValueError(f"{helper!r} is not a helper process: {', '.join(sorted(HELPERS))}")
+    return marker_value(experiment, helper)
+
+
+def _is_helper(marker: str) -> bool:
+    return marker.rpartition("/")[2] in HELPERS
+
+
 def check_env_values(env: Mapping[str, str], inherited: Mapping[str, str] | None = None) -> None:
     """Env values with a newline or NUL are refused: they could forge lines or truncate.
 
@@ -127,10 +142,12 @@ def _owner_alive(owner: int | None) -> bool:
 
 def leftovers(prefix: str, keep: str | None = None) -> list[Marked]:
     """Marked processes that nobody owns any more: the owner is dead, or it is this process
-    (an earlier trial of a reused Ray actor). ``keep`` names a marker that is never a leftover."""
+    (an earlier trial of a reused Ray actor), except this process's helpers (HELPERS), which
+    serve its next trials too. ``keep`` names a marker that is never a leftover."""
     me = os.getpid()
     return [m for m in marked_processes(prefix)
-            if m.marker != keep and (m.owner == me or not _owner_alive(m.owner))]
+            if m.marker != keep and ((m.owner == me and not _is_helper(m.marker))
+                                     or not _owner_alive(m.owner))]
 
 
 # ---------------------------------------------------------------- killing trees

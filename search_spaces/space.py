@@ -1,7 +1,10 @@
 """SearchSpace: knobs with their values, pinned knobs, optional stages, and the baseline point.
 
 Spaces come from YAML (a shipped preset or the user's file). Loading validates everything
-and names the file, the key and the reason on error. Nothing here starts a process.
+and names the file, the key and the reason on error. Nothing here starts a process. A space
+may declare knobs the catalogue lacks (``open_knobs.py`` has the YAML shape); whether the
+installed SGLang knows them is checked by ``SearchSpace.check_installed`` with names the
+caller read from SGLang.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -18,8 +21,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from search_spaces import knobs
-from search_spaces.knobs import Value
+from search_spaces import knobs, open_knobs
+from search_spaces.knobs import Knob, Value
 
 PRESET_PACKAGE = "search_spaces.presets"
 DEFAULT_WORDS = ("default", "unset")
@@ -27,6 +30,10 @@ DEFAULT_WORDS = ("default", "unset")
 
 class SpaceError(ValueError):
     """A space that cannot be used; the message names the source, the key and the reason."""
+
+
+class UnknownName(SpaceError):
+    """A declared knob the installed SGLang does not know (one line, naming the closest)."""
 
 
 class _StageFile(BaseModel):
@@ -41,7 +48,7 @@ class _SpaceFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
-    knobs: dict[str, list[Any] | None]
+    knobs: dict[str, list[Any] | dict[str, Any] | None]
     pins: dict[str, Any] = {}
     stages: list[_StageFile] = []
 
@@ -62,11 +69,24 @@ class SearchSpace:
     stages: tuple[Stage, ...] = ()
     description: str = ""
     source: str = ""
+    open_knobs: Mapping[str, Knob] = field(default_factory=dict)  # declared by the space
+
+    # ------------------------------------------------------------ knobs
+    def knob(self, name: str) -> Knob:
+        """A knob of this space: the catalogue's, or one the space declares."""
+        return self.open_knobs.get(name) or knobs.CATALOGUE[name]
+
+    def check_installed(self, env_names: Collection[str] | None, options: Collection[str] | None,
+                        version: str | None = None) -> None:
+        """Raise UnknownName (one line) for a declared ``SGLANG_*`` variable or flag that the
+        installed SGLang lacks; ``env_names``/``options`` come from SGLang itself."""
+        open_knobs.check_names(self.open_knobs, self.source or self.name, env_names, options,
+                               version, UnknownName)
 
     # ------------------------------------------------------------ points
     def baseline(self) -> dict[str, Value]:
         """No overrides: every searched knob unset, pins applied."""
-        point: dict[str, Value] = {name: knobs.get(name).unset for name in self.domains}
+        point: dict[str, Value] = {name: self.knob(name).unset for name in self.domains}
         point.update(self.pins)
         return point
 
@@ -77,14 +97,14 @@ class SearchSpace:
         return point
 
     def validate(self, config: Mapping[str, Value]) -> list[str]:
-        reasons = knobs.check_config(config)
+        reasons = knobs.check_config(config, self.open_knobs)
         for name, value in self.pins.items():
             if config.get(name, value) != value:
                 reasons.append(f"{name} is pinned to {value!r}, got {config[name]!r}")
         return reasons
 
     def warnings(self, config: Mapping[str, Value]) -> list[str]:
-        return knobs.config_warnings(config)
+        return knobs.config_warnings(config, self.open_knobs)
 
     # ------------------------------------------------------------ enumeration
     @property
@@ -111,8 +131,8 @@ class SearchSpace:
         """Pin knobs (removing them from the search). Pins are validated like values."""
         resolved = {}
         for raw, value in pins.items():
-            name = _knob_name(raw, f"pin {raw}")
-            reason = knobs.CATALOGUE[name].validate(value)
+            name = _knob_name(raw, f"pin {raw}", self.open_knobs)
+            reason = self.knob(name).validate(value)
             if reason:
                 raise SpaceError(f"pin {name}: {reason}")
             resolved[name] = value
@@ -154,13 +174,17 @@ class SearchSpace:
             "knobs": {n: list(v) for n, v in self.domains.items()},
             "pins": dict(self.pins),
             "stages": [s.__dict__ for s in self.stages],
+            "open_knobs": {n: {"kind": k.kind.value, "source": k.source.value}
+                           for n, k in self.open_knobs.items()},
         }
 
 
 # ---------------------------------------------------------------- loading
 
 
-def _knob_name(raw: str, where: str) -> str:
+def _knob_name(raw: str, where: str, declared: Mapping[str, Knob] | None = None) -> str:
+    if declared and raw in declared:
+        return raw
     try:
         return knobs.canonical_name(raw)
     except knobs.UnknownKnob as err:
@@ -172,11 +196,14 @@ def _coerce(value: Any) -> Value:
         return None
     if value is None or isinstance(value, (str, int, bool)):
         return value
-    raise TypeError(f"values must be strings, integers or booleans, got {value!r}")
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool)
+                                       for v in value):
+        return ",".join(str(v) for v in value)  # a list value, e.g. [1, 2, 4] -> "1,2,4"
+    raise TypeError(f"values must be strings, integers, booleans or lists of integers, "
+                    f"got {value!r}")
 
 
-def _domain(name: str, values: list[Any] | None, where: str) -> tuple[Value, ...]:
-    knob = knobs.CATALOGUE[name]
+def _domain(knob: Knob, values: list[Any] | None, where: str) -> tuple[Value, ...]:
     raw = list(knob.choices) if values is None else values
     out: list[Value] = [knob.unset]
     for item in raw:
@@ -194,6 +221,15 @@ def _domain(name: str, values: list[Any] | None, where: str) -> tuple[Value, ...
     return tuple(out)
 
 
+def _declare(name: str, spec: dict[str, Any], where: str) -> tuple[Knob, list[Any]]:
+    if name in knobs.CATALOGUE or name.upper() in knobs.CATALOGUE or f"--{name}" in knobs.CATALOGUE:
+        raise SpaceError(f"{where}: {name} is in the catalogue: give its values as a list")
+    try:
+        return open_knobs.declare(name, spec, where.split(": ")[0])
+    except open_knobs.DeclarationError as err:
+        raise SpaceError(f"{where}: {err}") from None
+
+
 def from_mapping(data: Any, source: str) -> SearchSpace:
     """Build a space from parsed YAML; every error names ``source`` and the key."""
     if not isinstance(data, dict):
@@ -205,17 +241,24 @@ def from_mapping(data: Any, source: str) -> SearchSpace:
         key = ".".join(str(p) for p in first["loc"])
         raise SpaceError(f"{source}: {key}: {first['msg']}") from None
     domains: dict[str, tuple[Value, ...]] = {}
+    declared: dict[str, Knob] = {}
     for raw, values in parsed.knobs.items():
-        name = _knob_name(raw, f"{source}: knobs.{raw}")
-        domains[name] = _domain(name, values, f"{source}: knobs.{raw}")
+        where = f"{source}: knobs.{raw}"
+        if isinstance(values, dict):
+            knob, listed = _declare(raw, values, where)
+            declared[raw] = knob
+            domains[raw] = _domain(knob, listed, where)
+            continue
+        name = _knob_name(raw, where)
+        domains[name] = _domain(knobs.CATALOGUE[name], values, where)
     pins: dict[str, Value] = {}
     for raw, value in parsed.pins.items():
-        name = _knob_name(raw, f"{source}: pins.{raw}")
+        name = _knob_name(raw, f"{source}: pins.{raw}", declared)
         try:
             pins[name] = _coerce(value)
         except TypeError as err:
             raise SpaceError(f"{source}: pins.{raw}: {err}") from None
-        reason = knobs.CATALOGUE[name].validate(pins[name])
+        reason = (declared.get(name) or knobs.CATALOGUE[name]).validate(pins[name])
         if reason:
             raise SpaceError(f"{source}: pins.{raw}: {reason}")
         domains.pop(name, None)
@@ -223,13 +266,15 @@ def from_mapping(data: Any, source: str) -> SearchSpace:
         raise SpaceError(f"{source}: the space is empty: no knob left to search")
     stages = []
     for i, stage in enumerate(parsed.stages):
-        names = tuple(_knob_name(k, f"{source}: stages.{i}.knobs") for k in stage.knobs)
+        names = tuple(_knob_name(k, f"{source}: stages.{i}.knobs", declared)
+                      for k in stage.knobs)
         missing = [n for n in names if n not in domains and n not in pins]
         if missing:
             raise SpaceError(f"{source}: stages.{i}.knobs: not in the space: {', '.join(missing)}")
         stages.append(Stage(stage.name, tuple(n for n in names if n in domains),
                             stage.samples, stage.search))
-    space = SearchSpace(parsed.name, domains, pins, tuple(stages), parsed.description, source)
+    space = SearchSpace(parsed.name, domains, pins, tuple(stages), parsed.description, source,
+                        declared)
     baseline_problems = space.validate(space.baseline())
     if baseline_problems:
         raise SpaceError(f"{source}: the baseline itself is invalid: {baseline_problems[0]}")

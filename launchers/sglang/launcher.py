@@ -159,6 +159,19 @@ def conflicting_server_args(server_args: list[str], knob_names: Iterable[str],
     return out
 
 
+def env_rejection(name: str, text: str, reading: sglang_parser.EnvResult) -> str | None:
+    """Why SGLang would not read ``name=text`` as given (None: it would). SGLang itself never
+    says: an unknown name is ignored, a malformed value replaced by the default."""
+    version = f"SGLang {reading.sglang_version}" if reading.sglang_version else "SGLang"
+    if reading.known is False:
+        hint = f"; closest: {reading.closest}" if reading.closest else ""
+        return f"{name}: {version} has no such environment variable (it would ignore it{hint})"
+    if reading.ok is False:
+        return (f"{name}={text!r}: {version} reads it as {reading.env_type} and rejects it "
+                f"({reading.error}); it would run with its default instead")
+    return None
+
+
 class SGLangWorkload(Workload):
     """An SGLang server with the trial's NCCL env and flags, benchmarked over HTTP."""
 
@@ -272,8 +285,9 @@ class SGLangWorkload(Workload):
 
     # ------------------------------------------------------------ checks and start
     def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
-        """Port free, then the flags against the installed SGLang's own parser (cached per
-        argv in the experiment folder). Returns SGLang's warnings (deprecated flags)."""
+        """Port free, then the flags against the installed SGLang's own parser and every
+        ``SGLANG_*`` variable against its env registry (cached in the experiment folder).
+        Returns SGLang's warnings (deprecated flags)."""
         if plan.port is not None and not port_is_free(plan.port, plan.host):
             raise TrialFailed(Failure(FailureKind.PORT_BUSY,
                                       f"port {plan.port} on {plan.host} is already in use"))
@@ -282,11 +296,19 @@ class SGLangWorkload(Workload):
         flags = list(plan.argv[len(self.args.server_cmd):])
         # SGLang's parser runs in the interpreter that runs SGLang (a console script's shebang)
         python = self.args.preflight_python or sglang_parser.python_for(self.args.server_cmd)
-        result = sglang_parser.check_argv(flags, python=python,
-                                          cache_path=ctx.trial_dir.parent / PREFLIGHT_CACHE)
+        cache = ctx.trial_dir.parent / PREFLIGHT_CACHE
+        result = sglang_parser.check_argv(flags, python=python, cache_path=cache,
+                                          experiment=ctx.experiment)
         if result.ok is False:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang rejected the command: " + result.error))
+        sglang_env = sorted((k, v) for k, v in plan.env.items() if k.startswith("SGLANG_"))
+        readings = sglang_parser.check_env(sglang_env, python=python, cache_path=cache,
+                                           experiment=ctx.experiment)
+        for (name, text), reading in zip(sglang_env, readings, strict=True):
+            reason = env_rejection(name, text, reading)
+            if reason:
+                raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, reason))
         return [f"SGLang: {w}" for w in result.warnings]
 
     def dataset(self, seed: int = 0) -> datasets.Dataset:

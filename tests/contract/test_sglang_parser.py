@@ -190,11 +190,15 @@ def test_flag_knob_exists_with_a_compatible_type(
         assert getattr(parsed_base, action.dest) in (False, None)
         assert getattr(sglang_parser.parse_args([*BASE, name]), action.dest) is True
         return
-    assert action.nargs is None, f"{name}: SGLang expects nargs={action.nargs!r}"
+    if knob.list_valued:
+        assert action.nargs in ("+", "*"), f"{name}: SGLang expects nargs={action.nargs!r}"
+    else:
+        assert action.nargs is None, f"{name}: SGLang expects nargs={action.nargs!r}"
     for value in (v for v in knob.choices if v is not None):
         parsed = sglang_parser.parse_args(BASE + knob.render_argv(value))
         got = getattr(parsed, action.dest)
-        assert got == value and type(got) is type(value), (
+        want = [int(w) for w in str(value).split(",")] if knob.list_valued else value
+        assert got == want and type(got) is type(want), (
             f"{name} {value!r}: SGLang parses it as {got!r} ({type(got).__name__})")
     if action.choices is not None:
         outside = [v for v in knob.choices if v not in action.choices]

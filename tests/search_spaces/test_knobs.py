@@ -75,3 +75,57 @@ def test_rendering() -> None:
     assert knobs.get("--disable-custom-all-reduce").render_argv(True) == ["--disable-custom-all-reduce"]
     assert knobs.get("--disable-custom-all-reduce").render_argv(False) == []
     assert knobs.get("--speculative-num-steps").render_argv(3) == ["--speculative-num-steps", "3"]
+
+
+def test_pcie_ipc_bound_needs_the_kernels_on_and_not_deterministic() -> None:
+    assert knobs.check_config({"SGLANG_PCIE_IPC_MAX_NUMEL": 262144}) == [
+        "SGLANG_PCIE_IPC_MAX_NUMEL has no effect without SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"]
+    assert knobs.check_config({"SGLANG_PCIE_IPC_MAX_NUMEL": 262144,
+                               "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 1}) == []
+    assert knobs.check_config({"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 1,
+                               "SGLANG_USE_1STAGE_ALLREDUCE": 1})
+    assert knobs.check_config({"SGLANG_PCIE_IPC_MAX_NUMEL": 0})  # 0 is SGLang's "unset"
+
+
+def test_custom_allreduce_v2_sizes_need_v2() -> None:
+    size = {"SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB": 4096}
+    assert knobs.check_config(size) == []
+    assert knobs.check_config({**size, "--disable-custom-all-reduce": True}) == [
+        "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB has no effect with --disable-custom-all-reduce"]
+    assert knobs.check_config({"SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PULL_SIZE_KB": 0,
+                               "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": 0})
+    assert knobs.check_config({**size, "allreduce-backend": "custom-v1"})  # through the composite
+
+
+@pytest.mark.parametrize(("value", "ok"), [("1,2,4,8", True), ("8", True), ("1,2,2", False),
+                                           ("4,2", False), ("0,1", False), ("1, 2", True),
+                                           ("1;2", False), ("", False), (8, False)])
+def test_decode_batch_list(value: object, ok: bool) -> None:
+    assert (knobs.get("--cuda-graph-bs-decode").validate(value) is None) is ok  # type: ignore[arg-type]
+
+
+def test_list_and_setup_flags_render_as_sglang_parses_them() -> None:
+    assert knobs.get("--cuda-graph-bs-decode").render_argv("1,2,4") == [
+        "--cuda-graph-bs-decode", "1", "2", "4"]
+    assert knobs.get("--load-format").render_argv("dummy") == ["--load-format", "dummy"]
+    assert knobs.get("--load-format").validate("dummy weights") is not None
+    assert knobs.get("--skip-server-warmup").render_argv(True) == ["--skip-server-warmup"]
+    assert knobs.check_config({"--cuda-graph-bs-decode": "1,2,4",
+                               "--cuda-graph-max-bs-decode": 8}) == [
+        "--cuda-graph-max-bs-decode has no effect with --cuda-graph-bs-decode"]
+
+
+def test_every_knob_states_its_source_and_default() -> None:
+    for knob in knobs.CATALOGUE.values():
+        assert knob.default, knob.name
+        expected = (knobs.Source.SGLANG_FLAG if knob.name.startswith("--")
+                    else knobs.Source.SGLANG_ENV if knob.name.startswith("SGLANG_")
+                    else knobs.Source.NCCL if knob.name.startswith("NCCL_") else None)
+        if expected is not None:
+            assert knob.source is expected, knob.name
+
+
+def test_unknown_knob_names_the_closest() -> None:
+    with pytest.raises(knobs.UnknownKnob) as err:
+        knobs.canonical_name("SGLANG_ENABLE_PCIE_IPC_ALLREDUCEE")
+    assert "did you mean SGLANG_ENABLE_PCIE_IPC_ALLREDUCE?" in str(err.value)

@@ -17,6 +17,7 @@ from launchers.failures import FailureKind, TrialFailed
 from launchers.process import free_port
 from launchers.sglang.datasets import DatasetError
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload, conflicting_server_args
+from launchers.sglang.preflight import EnvResult
 from search_spaces.knobs import CATALOGUE, Group, Knob, KnobKind, Value
 
 CONFIG: dict[str, Value] = {
@@ -241,11 +242,17 @@ def fake_preflight(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Preflight]:
     module = types.ModuleType("launchers.sglang.preflight")
 
     def check_argv(argv: Sequence[str], python: str | None = None,
-                   cache_path: Path | None = None) -> _Result:
+                   cache_path: Path | None = None, experiment: str | None = None) -> _Result:
         state.calls.append((list(argv), python))
         return state.result
 
+    def check_env(values: Sequence[tuple[str, str]], python: str | None = None,
+                  cache_path: Path | None = None, experiment: str | None = None
+                  ) -> list[EnvResult]:
+        return [EnvResult(ok=True, known=True) for _ in values]
+
     module.check_argv = check_argv  # type: ignore[attr-defined]
+    module.check_env = check_env  # type: ignore[attr-defined]
     module.python_for = lambda server_cmd: None  # type: ignore[attr-defined]
     monkeypatch.setattr(launchers.sglang.launcher, "sglang_parser", module)
     yield state

@@ -1,16 +1,10 @@
-"""Preflight without SGLang: a stand-in ``sglang`` package and stand-in interpreters.
-
-The stand-in interpreter is a shell script that logs each call and runs this Python with a
-fake ``sglang`` first on PYTHONPATH, so the real subprocess path (``-c`` script, JSON on
-stdin, argparse errors captured) runs end to end in a few hundred milliseconds.
-"""
+"""Preflight without SGLang: the real subprocess path against a stand-in ``sglang``
+(fake_sglang.py): argvs parsed, env values read, answers cached in memory and on disk."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import stat
 import subprocess
 import sys
 import threading
@@ -20,86 +14,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launchers.sglang import preflight
-from launchers.sglang.preflight import ParserCheck, PreflightResult, check_argv, python_for
-
-FAKE_SERVER_ARGS = '''
-import argparse
-import logging
-
-
-class _Deprecated(argparse.Action):
-    def __init__(self, option_strings, dest, nargs=0, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        logging.getLogger("sglang.fake").warning(
-            "\\033[1;33m'%s' is deprecated\\033[0m", option_string)
-        setattr(namespace, self.dest, True)
-
-
-class ServerArgs:
-    @staticmethod
-    def add_cli_args(parser):
-        parser.add_argument("--model-path", required=True)
-        parser.add_argument("--tp-size", type=int, default=1)
-        parser.add_argument("--cuda-graph-max-bs-decode", type=int)
-        parser.add_argument("--cuda-graph-max-bs-prefill", type=int)
-        parser.add_argument("--enable-symm-mem", action="store_true")
-        parser.add_argument("--disable-cuda-graph", action=_Deprecated)
-'''
-
-BASE = ["--model-path", "/models/x"]
-
-
-def _executable(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
-
-
-def _fake_sglang(root: Path, version: str = "0.0.1", broken: bool = False) -> Path:
-    """A fake ``sglang`` package (and its dist-info, for the version) under ``root``."""
-    package = root / "sglang"
-    (package / "srt").mkdir(parents=True, exist_ok=True)
-    if broken:
-        (package / "__init__.py").write_text("import triton_is_not_here  # noqa\n")
-    else:
-        (package / "__init__.py").write_text(f"__version__ = {version!r}\n")
-    (package / "srt" / "__init__.py").write_text("")
-    (package / "srt" / "server_args.py").write_text(FAKE_SERVER_ARGS)
-    for old in root.glob("sglang-*.dist-info"):
-        for f in old.iterdir():
-            f.unlink()
-        old.rmdir()
-    dist = root / f"sglang-{version}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
-    return root
-
-
-class FakePython:
-    """An interpreter path that runs this Python with the fake sglang, logging each call."""
-
-    def __init__(self, folder: Path, *, broken: bool = False) -> None:
-        self.site = _fake_sglang(folder / "site", broken=broken)
-        self.log = folder / "calls.log"
-        self.path = _executable(folder / "python-fake", (
-            "#!/bin/sh\n"
-            f'case "$2" in *add_cli_args*) echo parse >> "{self.log}";; '
-            f'*) echo other >> "{self.log}";; esac\n'
-            f'PYTHONPATH="{self.site}" exec "{sys.executable}" "$@"\n'
-        ))
-
-    @property
-    def parses(self) -> int:
-        return self.log.read_text().count("parse") if self.log.exists() else 0
-
-    def set_version(self, version: str) -> None:
-        _fake_sglang(self.site, version)
-
-    def __str__(self) -> str:
-        return str(self.path)
+from launchers.sglang import preflight, preflight_cache
+from launchers.sglang.preflight import (
+    EnvResult,
+    ParserCheck,
+    PreflightResult,
+    SGLangUnavailable,
+    check_argv,
+)
+from tests.launchers.sglang.fake_sglang import BASE, FakePython, executable
 
 
 @pytest.fixture
@@ -218,7 +141,7 @@ def test_disk_cache_survives_the_process(fake: FakePython, tmp_path: Path) -> No
                                      cache_path=cache)
     assert fake.parses == 1
     data = json.loads(cache.read_text())
-    assert data["format"] == preflight.CACHE_FORMAT and len(data["entries"]) == 2
+    assert data["format"] == preflight_cache.CACHE_FORMAT and len(data["entries"]) == 2
     # A new checker stands for a new process: answers come from the file.
     again = ParserCheck().check_many([[*BASE, "--bogus"], BASE], python=str(fake),
                                      cache_path=cache)
@@ -257,7 +180,7 @@ def test_concurrent_writers_never_tear_the_file(tmp_path: Path) -> None:
     def writer(index: int) -> None:
         try:
             for j in range(20):
-                preflight._store_cache(cache, {f"{index}-{j}": entry})
+                preflight_cache.store(cache, {f"{index}-{j}": entry})
                 json.loads(cache.read_text())  # always a whole file
         except BaseException as err:  # pragma: no cover - reported below
             errors.append(err)
@@ -297,7 +220,7 @@ def test_python_without_sglang(
     empty = tmp_path / "empty"
     (empty / "sglang").mkdir(parents=True)
     (empty / "sglang" / "__init__.py").write_text("raise ImportError('no sglang here')\n")
-    python = _executable(tmp_path / "python-bare", (
+    python = executable(tmp_path / "python-bare", (
         f'#!/bin/sh\nPYTHONPATH="{empty}" exec "{sys.executable}" "$@"\n'))
     caplog.set_level(logging.WARNING, logger=preflight.__name__)
     assert check_argv(BASE, python=str(python)).ok is None
@@ -317,7 +240,7 @@ def test_missing_interpreter(fresh_default: ParserCheck,
 
 
 def test_garbage_answer_is_a_skip(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    python = _executable(tmp_path / "python-junk",
+    python = executable(tmp_path / "python-junk",
                          "#!/bin/sh\necho not json\necho 'Segmentation fault' >&2\nexit 139\n")
     caplog.set_level(logging.WARNING, logger=preflight.__name__)
     assert ParserCheck().check_argv(BASE, python=str(python)).ok is None
@@ -328,7 +251,7 @@ def test_garbage_answer_is_a_skip(tmp_path: Path, caplog: pytest.LogCaptureFixtu
 def test_timeout_is_a_skip_not_a_hang(tmp_path: Path,
                                       caplog: pytest.LogCaptureFixture) -> None:
     # The child of the shell holds the pipes too: the whole group must die.
-    python = _executable(tmp_path / "python-slow", "#!/bin/sh\nsleep 60\necho late\n")
+    python = executable(tmp_path / "python-slow", "#!/bin/sh\nsleep 60\necho late\n")
     caplog.set_level(logging.WARNING, logger=preflight.__name__)
     checker = ParserCheck(timeout=0.5)
     start = time.monotonic()
@@ -339,62 +262,55 @@ def test_timeout_is_a_skip_not_a_hang(tmp_path: Path,
     assert message == f"SGLang preflight with {python} timed out after 0.5 s: preflight skipped"
 
 
-# ---------------------------------------------------------------- python_for
+# ---------------------------------------------------------------- the env registry
 
 
-def test_python_for_module_form(tmp_path: Path) -> None:
-    assert python_for([sys.executable, "-m", "sglang.launch_server", "--model-path", "m"]) \
-        == sys.executable
-    assert python_for([sys.executable, "-u", "-X", "dev", "-m", "sglang.launch_server"]) \
-        == sys.executable
-    assert python_for(["python-not-on-path", "-m", "sglang.launch_server"]) \
-        == "python-not-on-path"
-    assert python_for([sys.executable, "-m", "vllm.entrypoints"]) is None
-    assert python_for([]) is None
+def test_env_values_are_read_with_sglangs_own_types(fake: FakePython) -> None:
+    good, bad_bool, bad_int, unknown, alias = ParserCheck().check_env(
+        [("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"), ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "2"),
+         ("SGLANG_PCIE_IPC_MAX_NUMEL", "4M"), ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCEE", "1"),
+         ("SGLANG_OLD_SPELLING", "yes")], python=str(fake))
+    assert good == EnvResult(ok=True, known=True, env_type="EnvBool", sglang_version="0.0.1")
+    assert (bad_bool.ok, bad_bool.known, bad_bool.error) == (
+        False, True, '"2" is not a valid boolean value')
+    assert (bad_int.ok, bad_int.env_type, bad_int.error) == (
+        False, "EnvInt", '"4M" is not a valid integer value')
+    assert (unknown.ok, unknown.known, unknown.closest) == (
+        False, False, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE")
+    assert (alias.ok, alias.env_type) == (True, "EnvBool")  # an alias class reads as its type
+    assert fake.parses == 1
 
 
-def test_python_for_console_script_on_path(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    _executable(bin_dir / "sglang", "#!/opt/venv/bin/python3.11\nimport sys\n")
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    assert python_for(["sglang", "serve", "--model-path", "m"]) == "/opt/venv/bin/python3.11"
-    assert python_for([str(bin_dir / "sglang"), "serve"]) == "/opt/venv/bin/python3.11"
+def test_env_answers_are_cached_beside_the_argvs(fake: FakePython, tmp_path: Path) -> None:
+    cache = tmp_path / "preflight.json"
+    values = [("SGLANG_PCIE_IPC_MAX_NUMEL", "1024"), ("SGLANG_NOPE", "1")]
+    first = ParserCheck().check_env(values, python=str(fake), cache_path=cache)
+    ParserCheck().check_argv(BASE, python=str(fake), cache_path=cache)
+    assert fake.parses == 2
+    assert ParserCheck().check_env(values, python=str(fake), cache_path=cache) == first
+    assert fake.parses == 2  # from the file
+    assert len(json.loads(cache.read_text())["entries"]) == 3
 
 
-@pytest.mark.parametrize(("shebang", "expected"), [
-    ("#!/srv/venv/bin/python -E\n", "/srv/venv/bin/python"),
-    ("#!/bin/sh\n'''exec' \"/a path/with spaces/python\" \"$0\" \"$@\"\n' '''\n",
-     "/a path/with spaces/python"),
-    ("#!/bin/sh\n'''exec' /long/venv/bin/python3 \"$0\" \"$@\"\n' '''\n",
-     "/long/venv/bin/python3"),
-    ("#!/bin/bash\nexec something-else \"$@\"\n", None),
-    ("#!/usr/bin/perl\n", None),
-    ("no shebang at all\n", None),
-])
-def test_python_for_shebangs(tmp_path: Path, shebang: str, expected: str | None) -> None:
-    script = _executable(tmp_path / "sglang", shebang)
-    assert python_for([str(script), "serve"]) == expected
+def test_env_check_without_sglang_is_skipped(tmp_path: Path) -> None:
+    broken = FakePython(tmp_path, broken=True)
+    assert ParserCheck().check_env([("SGLANG_X", "1")], python=str(broken)) == [
+        preflight.ENV_SKIPPED]
 
 
-def test_python_for_env_shebang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    interpreter = _executable(bin_dir / "python3", "#!/bin/sh\n")
-    script = _executable(tmp_path / "sglang", "#!/usr/bin/env python3\n")
-    monkeypatch.setenv("PATH", str(bin_dir))
-    assert python_for([str(script), "serve"]) == str(interpreter)
+def test_levers_describe_options_and_registry(fake: FakePython) -> None:
+    answer = ParserCheck().read_levers(python=str(fake))
+    assert answer["version"] == "0.0.1"
+    options = {o["names"][0]: o for o in answer["options"]}
+    assert options["--enable-symm-mem"]["nargs"] == 0
+    assert options["--tp-size"]["type"] == "int" and options["--tp-size"]["default"] == 1
+    assert options["--disable-cuda-graph"]["deprecated"] is True
+    assert {e["name"]: e["type"] for e in answer["env"]} == {
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "EnvBool", "SGLANG_PCIE_IPC_MAX_NUMEL": "EnvInt",
+        "SGLANG_OLD_SPELLING": "EnvBool"}
 
 
-def test_python_for_uv_relocatable_trampoline(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    script = _executable(bin_dir / "sglang", (
-        "#!/bin/sh\n"
-        "'''exec' \"$(dirname -- \"$(realpath -- \"$0\")\")\"/'python' \"$0\" \"$@\"\n' '''\n"))
-    assert python_for([str(script), "serve"]) == str(bin_dir.resolve() / "python")
-
-
-def test_python_for_unknown_command() -> None:
-    assert python_for(["no-such-command-anywhere", "serve"]) is None
+def test_levers_without_sglang_raise(tmp_path: Path) -> None:
+    broken = FakePython(tmp_path, broken=True)
+    with pytest.raises(SGLangUnavailable, match="triton_is_not_here"):
+        ParserCheck().read_levers(python=str(broken))
