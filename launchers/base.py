@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from launchers.process import LOCALHOST, ServerProcess, check_env_values, marker_value
 from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value, expand_config, renderer
+from search_spaces.space import SearchSpace
 
 Metrics = dict[str, Any]  # metric name -> float, or None when the server does not expose it
 
@@ -209,8 +210,9 @@ class WorkloadArgs(BaseModel):
     # CLI options that select this workload when given (``--model``: sglang).
     cli_selectors: ClassVar[tuple[str, ...]] = ()
 
-    def checks(self, knob_names: list[str]) -> list[str]:
-        """Bad input found before anything launches (each reason one line)."""
+    def checks(self, space: SearchSpace, experiment: str) -> list[str]:
+        """Bad input found before anything launches, for a run over ``space`` (each reason
+        one line); ``experiment`` names the marker of any helper process a check starts."""
         return []
 
     def gpu_shortfall(self, node_gpus: int | None) -> str | None:

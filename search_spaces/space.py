@@ -158,14 +158,6 @@ class SearchSpace:
         return replace(self, name=f"{self.name}:{stage.name}", domains=domains,
                        pins={**self.pins, **others}, stages=())
 
-    def param_space(self) -> dict[str, Any]:
-        """A Ray Tune param_space: one categorical per searched knob, pins as constants."""
-        from ray import tune  # lazy: only the engine needs Ray
-
-        space: dict[str, Any] = {n: tune.choice(list(v)) for n, v in self.domains.items()}
-        space.update(self.pins)
-        return space
-
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,

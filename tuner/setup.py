@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launchers.base import LaunchPlan, TrialContext, Workload
-from search_spaces import knobs
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace, SpaceError, load
 from tuner.spec import ExperimentSpec, Objective
@@ -70,7 +69,7 @@ def prepare(spec: ExperimentSpec) -> Setup:
     """Load and check the space for this workload; raises SpecError/SpaceError on bad input."""
     workload = spec.workload.build()
     space = load(spec.space).with_pins(spec.pins)
-    supported = {n for n, k in knobs.CATALOGUE.items() if workload.supports(k)}
+    supported = {n for n in [*space.domains, *space.pins] if workload.supports(space.knob(n))}
     space, dropped = space.restricted_to(frozenset(supported))
     if not space.domains:
         raise SpaceError(f"{spec.space}: the space is empty for the {workload.kind} workload "

@@ -14,11 +14,12 @@ from launchers import nccl_log
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_argv, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.sglang import datasets
+from launchers.sglang import datasets, levers
 from launchers.sglang import preflight as sglang_parser
 from launchers.sglang.bench import ROUND_KEYS
 from launchers.sglang.running import SGLangRunning
-from search_spaces.knobs import SPECULATIVE_KNOBS, Value
+from search_spaces.knobs import SPECULATIVE_KNOBS, Value, primitive_names
+from search_spaces.space import SearchSpace, UnknownName
 
 # What a round reports per concurrency level: bench_serving's names (bench.py) and the
 # server-side figures (metrics.py). With several levels, each also as ``<name>_c<level>``.
@@ -70,11 +71,21 @@ class SGLangArgs(WorkloadArgs):
     def build(self) -> SGLangWorkload:
         return SGLangWorkload(self)
 
-    def checks(self, knob_names: list[str]) -> list[str]:
+    def checks(self, space: SearchSpace, experiment: str) -> list[str]:
+        """Model paths exist; server_args repeat no flag the space sets (the composite
+        knobs' primitives included); the knobs the space declares exist in the installed
+        SGLang (its env registry and parser)."""
         problems = [f"model path {m!r} does not exist" for m in (self.model, self.draft_model)
                     if m is not None and _missing_path(m)]
-        return problems + [f"--server-arg {c}" for c in
-                           SGLangWorkload(self).conflicts(knob_names)]
+        names = primitive_names([*space.domains, *space.pins])
+        problems += [f"--server-arg {c}" for c in SGLangWorkload(self).conflicts(names)]
+        if self.preflight and not problems:
+            python = self.preflight_python or sglang_parser.python_for(self.server_cmd)
+            try:
+                levers.check_space(space, python=python, experiment=experiment)
+            except UnknownName as err:
+                problems.append(str(err))
+        return problems
 
     def gpu_shortfall(self, node_gpus: int | None) -> str | None:
         if self.tp is not None and node_gpus is not None and self.tp > node_gpus:

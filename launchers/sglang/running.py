@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import requests
 
@@ -21,8 +21,18 @@ from launchers.sglang import datasets, metrics
 from launchers.sglang import startup as sglang_startup
 from launchers.sglang.bench import Bench, BenchError, BenchSettings
 
-if TYPE_CHECKING:
-    from launchers.sglang.launcher import SGLangArgs
+
+class BenchArgs(Protocol):
+    """What a started server needs of the workload's args (SGLangArgs has it all)."""
+
+    concurrency: list[int]
+    objective_concurrency: int | None
+    input_len: int
+    output_len: int
+    requests_per_round: int | None
+    request_timeout: float
+    warmup_requests: int
+    metrics: bool
 
 _HEALTH_TIMEOUT = (0.5, 5.0)  # connect, read: one readiness probe
 _EXIT_WAIT_S = 2.0  # how long a dropped connection may take to show up as a dead process
@@ -33,7 +43,7 @@ class SGLangRunning(Running):
     """A started SGLang server: readiness over ``/health_generate``, rounds over ``/generate``."""
 
     def __init__(self, process: ServerProcess, plan: LaunchPlan, ctx: TrialContext,
-                 args: SGLangArgs, env: Mapping[str, str], dataset: datasets.Dataset | None = None,
+                 args: BenchArgs, env: Mapping[str, str], dataset: datasets.Dataset | None = None,
                  launched: float | None = None) -> None:
         self.process = process
         self.plan = plan

@@ -184,7 +184,7 @@ def split_config(config: Mapping[str, Value]) -> tuple[dict[str, str], dict[str,
     """A servetune configuration as (env, flags), rendered like the launcher renders it."""
     env: dict[str, str] = {}
     flags: dict[str, Value] = {}
-    for name, value in config.items():
+    for name, value in knobs.expand_config(config).items():
         knob = CATALOGUE[name]
         if knob.kind is KnobKind.ENV:
             text = knob.render_env(value)

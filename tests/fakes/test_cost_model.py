@@ -62,13 +62,13 @@ def test_speculative_shape() -> None:
 
 def test_optimum_of_the_verify_campaign() -> None:
     full = load_preset("verify-campaign")
-    space, _ = full.restricted_to({"NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_NCHANNELS",
-                                   "--flashinfer-allreduce-fusion-backend", *full.pins})
+    space, _ = full.restricted_to({"allreduce-backend", "NCCL_ALGO", "NCCL_PROTO",
+                                   "NCCL_MAX_NCHANNELS", *full.pins})
     config, value = cost_model.optimum(space.domains, space.pins)
     assert config["NCCL_ALGO"] == "allreduce:tree"
     assert config["NCCL_PROTO"] == "LL"
     assert config["NCCL_MAX_NCHANNELS"] == 4
-    assert config["--flashinfer-allreduce-fusion-backend"] == "trtllm"
+    assert config["allreduce-backend"] == "flashinfer-fusion"
     baseline = cost_model.config_timing(space.baseline())
     assert baseline is not None and value > 1.8 * baseline.tok_s()
     for _ in range(50):  # no sampled point beats it

@@ -30,7 +30,8 @@ def test_sglangs_parser_accepts_every_flag_knob() -> None:
         for value in knob.choices:
             args = parser.parse_args(["--model-path", "m", *knob.render_argv(value)])
             flags = sglang_server.flag_values(args)
-            assert flags.get(knob.name) == (None if value is False else value)
+            expected = [int(v) for v in str(value).split(",")] if knob.list_valued else value
+            assert flags.get(knob.name) == (None if value is False else expected)
 
 
 def test_parser_rejects_like_sglang(capsys: pytest.CaptureFixture[str]) -> None:

@@ -99,10 +99,3 @@ def test_stage_space_pins_earlier_winners() -> None:
     second = space.stage_space(space.stages[1], winners)
     assert set(second.domains) == set(space.stages[1].knobs)
     assert second.baseline()["NCCL_ALGO"] == "allreduce:tree"
-
-
-def test_param_space_is_categorical_per_knob() -> None:
-    space = sp.load_preset("fusion")
-    param = space.param_space()
-    assert set(space.domains) <= set(param)
-    assert param["NCCL_NVLS_ENABLE"] == 0

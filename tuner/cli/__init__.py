@@ -16,7 +16,15 @@ from pydantic import ValidationError
 from launchers.registry import kinds
 from search_spaces.space import SpaceError
 from tuner.cli.args import CliError, glue_raw_values
-from tuner.cli.commands import cmd_best, cmd_plan, cmd_profile, cmd_report, cmd_run, cmd_spaces
+from tuner.cli.commands import (
+    cmd_best,
+    cmd_knobs,
+    cmd_plan,
+    cmd_profile,
+    cmd_report,
+    cmd_run,
+    cmd_spaces,
+)
 from tuner.spec import DEFAULT_PRESET, SpecError, one_line
 
 EXIT_BAD_INPUT = 2
@@ -115,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     best = sub.add_parser("best", help="print the best configuration's launch script")
     best.add_argument("dir")
     sub.add_parser("spaces", help="list the shipped search spaces")
+    knobs = sub.add_parser("knobs", help="the knob catalogue (Markdown); --check holds it "
+                           "against the installed SGLang")
+    knobs.add_argument("--check", action="store_true", help="list catalogue entries the "
+                       "installed SGLang lacks and its communication levers the catalogue "
+                       "lacks (exit 1 when one is unexplained)")
+    knobs.add_argument("--server-cmd", help="the command that runs SGLang (its interpreter "
+                       "is read); default: sglang serve")
+    knobs.add_argument("--python", help="the interpreter that runs SGLang")
     prof = sub.add_parser("profile", help="where the verify time goes: profile the baseline "
                           "and the chosen (or a given) config of an experiment")
     prof.add_argument("dir")
@@ -129,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"run": cmd_run, "plan": cmd_plan, "report": cmd_report, "best": cmd_best,
-            "spaces": cmd_spaces, "profile": cmd_profile}
+            "spaces": cmd_spaces, "profile": cmd_profile, "knobs": cmd_knobs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from launchers.registry import args_model, kind_for, kinds
 from search_spaces import knobs
-from search_spaces.space import preset_names
+from search_spaces.space import SearchSpace, load, preset_names
 from tuner.spec import ExperimentSpec
 
 
@@ -42,9 +42,20 @@ def glue_raw_values(argv: Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------- knob values and pins
 
 
-def parse_value(name: str, text: str) -> knobs.Value:
+def knob_named(name: str, space: SearchSpace | None = None) -> knobs.Knob:
+    """The knob a user means: one the space declares, else the catalogue's (its spellings:
+    ``NCCL_ALGO``, ``--enable-symm-mem``, ``enable-symm-mem``)."""
+    if space is not None and name in space.open_knobs:
+        return space.open_knobs[name]
+    try:
+        return knobs.get(name)
+    except knobs.UnknownKnob as err:
+        raise CliError(str(err)) from None
+
+
+def parse_value(name: str, text: str, space: SearchSpace | None = None) -> knobs.Value:
     """A knob value from the command line, typed by the knob's domain."""
-    knob = knobs.get(name)
+    knob = knob_named(name, space)
     lowered = text.strip().lower()
     if lowered in ("default", "unset"):
         return knob.unset
@@ -62,17 +73,18 @@ def parse_value(name: str, text: str) -> knobs.Value:
     return text
 
 
-def parse_pins(items: Sequence[str]) -> dict[str, knobs.Value]:
+def parse_pins(items: Sequence[str], space: SearchSpace | None = None
+               ) -> dict[str, knobs.Value]:
     pins: dict[str, knobs.Value] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
             raise CliError(f"--pin {item!r}: expected NAME=VALUE")
         try:
-            canonical = knobs.canonical_name(name.strip())
-        except knobs.UnknownKnob as err:
+            knob = knob_named(name.strip(), space)
+        except CliError as err:
             raise CliError(f"--pin: {err}") from None
-        pins[canonical] = parse_value(canonical, value)
+        pins[knob.name] = parse_value(knob.name, value, space)
     return pins
 
 
@@ -181,6 +193,7 @@ def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
 def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> ExperimentSpec:
     base = base or Path.cwd()
     space = args.space if args.space in preset_names() else user_path(args.space, base)
+    loaded = load(space)  # bad input here is one line, before anything else
     out = Path(user_path(str(args.out), base)) if args.out else \
         base / "runs" / (args.name or f"servetune-{Path(args.space).stem}")
     out = out.resolve()
@@ -195,7 +208,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
                        "(or 0 to skip the confirm stage)")
     address = args.address or os.environ.get("RAY_ADDRESS") or None
     data: dict[str, Any] = {
-        "name": name, "out_dir": out, "space": space, "pins": parse_pins(args.pin),
+        "name": name, "out_dir": out, "space": space, "pins": parse_pins(args.pin, loaded),
         "workload": workload_args(args, base), "search": args.search,
         "stage_search": args.stage_search, "samples": args.samples, "rounds": args.rounds,
         "scheduler": args.scheduler, "metric": args.metric, "mode": args.mode, "seed": args.seed,

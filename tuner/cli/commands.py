@@ -12,8 +12,8 @@ from typing import Any
 
 from launchers.registry import screenable
 from search_spaces import knobs
-from search_spaces.space import load, preset_names
-from tuner.cli.args import CliError, parse_pins, parse_value, spec_from_args
+from search_spaces.space import SearchSpace, load, preset_names
+from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_from_args
 from tuner.output.files import BEST_DIR
 from tuner.setup import Setup, prepare
 from tuner.spec import SPEC_FILE, ExperimentSpec
@@ -29,7 +29,7 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False) -> list
     problems = setup.space.validate(base)
     if problems:
         raise CliError(f"the baseline is invalid: {problems[0]}")
-    problems = spec.workload.checks(list(knobs.CATALOGUE))
+    problems = spec.workload.checks(setup.space, spec.marker_id)
     if problems:
         raise CliError(problems[0])
     try:
@@ -174,7 +174,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
-def given_config(args: argparse.Namespace) -> dict[str, knobs.Value] | None:
+def given_config(args: argparse.Namespace, space: SearchSpace) -> dict[str, knobs.Value] | None:
     """``servetune profile --config JSON|@file --pin NAME=VALUE``: knob name -> value."""
     if not args.config and not args.pin:
         return None
@@ -194,11 +194,12 @@ def given_config(args: argparse.Namespace) -> dict[str, knobs.Value] | None:
             raise CliError("--config: expected a JSON object of knob name -> value")
         for name, value in data.items():
             try:
-                canonical = knobs.canonical_name(str(name))
-            except knobs.UnknownKnob as err:
+                canonical = knob_named(str(name), space).name
+            except CliError as err:
                 raise CliError(f"--config: {err}") from None
-            config[canonical] = parse_value(canonical, value) if isinstance(value, str) else value
-    config.update(parse_pins(args.pin))
+            config[canonical] = parse_value(canonical, value, space) if isinstance(value, str) \
+                else value
+    config.update(parse_pins(args.pin, space))
     return config
 
 
@@ -208,7 +209,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     setup = load_setup(Path(args.dir))
     if args.steps < 1:
         raise CliError("--steps: at least 1")
-    targets = profile.experiment_targets(setup, given_config(args), args.label,
+    targets = profile.experiment_targets(setup, given_config(args, setup.space), args.label,
                                          baseline=not args.no_baseline)
     if not targets:
         raise CliError(f"{setup.out_dir}: nothing to profile (no best.json): give --config "
@@ -231,3 +232,23 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         print(f"{'':<18} knobs: {', '.join(space.domains)}; pinned: "
               f"{', '.join(f'{k}={v}' for k, v in space.pins.items()) or 'none'}")
     return 0
+
+
+def cmd_knobs(args: argparse.Namespace) -> int:
+    """The knob catalogue as a Markdown table; with --check, the catalogue held against the
+    installed SGLang (exit 1 when it finds a lever it cannot explain)."""
+    if not args.check:
+        from search_spaces.table import knob_table
+
+        print(knob_table(), end="")
+        return 0
+    from launchers.sglang import levers, preflight
+
+    words = shlex.split(args.server_cmd) if args.server_cmd else ["sglang", "serve"]
+    python = args.python or preflight.python_for(words)
+    try:
+        report = levers.check_catalogue(python=python)
+    except preflight.SGLangUnavailable as err:
+        raise CliError(f"knobs --check: {err}") from None
+    print("\n".join(report.lines()))
+    return 0 if report.ok else 1

@@ -34,11 +34,16 @@ def screen_shape(spec: ExperimentSpec) -> str:
     return shape
 
 
+def screened(knob: knobs.Knob) -> bool:
+    """What the screen varies: NCCL's own environment (the server's flags and SGLang's env
+    levers stay at their defaults on the proxy)."""
+    return knob.kind is knobs.KnobKind.ENV and knob.source is knobs.Source.NCCL
+
+
 def screen_spec(spec: ExperimentSpec) -> ExperimentSpec:
-    """The proxy experiment over the NCCL (env) knobs; server flags stay at their defaults."""
+    """The proxy experiment over the NCCL knobs; everything else stays at its default."""
     space = load(spec.space).with_pins(spec.pins)
-    non_env = {n: knobs.CATALOGUE[n].unset for n in space.domains
-               if knobs.CATALOGUE[n].kind is not knobs.KnobKind.ENV}
+    non_env = {n: space.knob(n).unset for n in space.domains if not screened(space.knob(n))}
     return spec.model_copy(update={
         "name": f"{spec.name}-screen", "out_dir": spec.out_dir / SCREEN_DIR,
         "workload": screen_args(screen_shape(spec)), "screen": None, "points": [],
@@ -49,8 +54,7 @@ def screen_spec(spec: ExperimentSpec) -> ExperimentSpec:
 
 
 def env_part(config: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config.items()
-            if k in knobs.CATALOGUE and knobs.CATALOGUE[k].kind is knobs.KnobKind.ENV}
+    return {k: v for k, v in config.items() if k in knobs.CATALOGUE and screened(knobs.CATALOGUE[k])}
 
 
 def top_settings(table: pd.DataFrame, out_dir: Path, k: int, mode: str) -> list[dict[str, Any]]:

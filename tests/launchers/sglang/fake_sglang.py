@@ -75,6 +75,7 @@ class Envs:
     SGLANG_ENABLE_PCIE_IPC_ALLREDUCE = EnvBool(False)
     SGLANG_PCIE_IPC_MAX_NUMEL = EnvInt(0)
     SGLANG_OLD_SPELLING = EnvBoolWithAlias(True)
+    SGLANG_LOG_MS = EnvBool(False)  # the plan sets it (millisecond log times)
 
 
 envs = Envs()
