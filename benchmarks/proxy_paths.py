@@ -1,7 +1,8 @@
 """The proxy's all-reduce paths side by side, at TP over NVLink and under --interconnect pcie:
 verify ms, compute ms (the pass with its collectives as no-ops, measured), exposed comm ms,
 exposed per all-reduce, comm alone; with --profile also the profiler's split of the verify
-pass (``servetune profile``'s breakdown) to set beside exposed_comm_ms.
+pass (``servetune profile``'s breakdown: the communication kernels' share, and the profiled
+verify step minus the profiled compute-only step) to set beside exposed_comm_ms.
 
     python -m benchmarks.proxy_paths --model kimi-k2.5 --ranks 2 --json out.json
     python -m benchmarks.proxy_paths --device cpu --model tiny --ranks 2 --rounds 1  # dry run
@@ -93,27 +94,32 @@ def run_row(label: str, config: dict[str, Any], interconnect: str, args: argpars
                layers_run=info.get("layers_run"), scaled=info.get("scaled"),
                wall_s=round(time.monotonic() - began, 1))
     if files:
-        verify = trace.read(files, [STEP_SPANS]).main("verify")
+        result = trace.read(files, [STEP_SPANS])
+        verify, compute = result.main("verify"), result.main("compute_only")
         if verify is not None:
             row["profile_comm_ms"] = verify.communication_ms
             row["profile_step_ms"] = verify.step_ms
+        if verify is not None and compute is not None:
+            row["profile_compute_step_ms"] = compute.step_ms
+            row["profile_exposed_ms"] = verify.step_ms - compute.step_ms
     return row
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'regime':7} {'config':20} {'path':22} {'verify':>8} {'compute':>8} "
-            f"{'exposed':>8} {'exp/AR us':>9} {'alone':>8} {'prof comm':>9}")
+    head = (f"{'regime':7} {'config':20} {'path':16} {'verify':>7} {'compute':>7} "
+            f"{'exposed':>7} {'exp/AR us':>9} {'alone':>6} {'prof comm':>9} {'prof exp':>8}")
     lines = [head]
     for r in rows:
         if "failure" in r:
             lines.append(f"{r['interconnect']:7} {r['config']:20} {r['failure']}: "
                          f"{r['message'][:80]}")
             continue
-        prof = r.get("profile_comm_ms")
-        lines.append(f"{r['interconnect']:7} {r['config']:20} {r['allreduce_path']:22} "
-                     f"{r['verify_ms']:8.3f} {r['compute_ms']:8.3f} {r['exposed_comm_ms']:8.3f} "
-                     f"{r['exposed_per_allreduce_us']:9.2f} {r['comm_alone_ms']:8.3f} "
-                     + (f"{prof:9.3f}" if prof is not None else f"{'':9}"))
+        prof, prof_exp = r.get("profile_comm_ms"), r.get("profile_exposed_ms")
+        lines.append(f"{r['interconnect']:7} {r['config']:20} {r['allreduce_path']:16} "
+                     f"{r['verify_ms']:7.3f} {r['compute_ms']:7.3f} {r['exposed_comm_ms']:7.3f} "
+                     f"{r['exposed_per_allreduce_us']:9.2f} {r['comm_alone_ms']:6.3f} "
+                     + (f"{prof:9.3f}" if prof is not None else f"{'':9}")
+                     + (f" {prof_exp:8.3f}" if prof_exp is not None else ""))
     return "\n".join(lines)
 
 

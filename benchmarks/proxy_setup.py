@@ -7,9 +7,10 @@ Runs ``python -m launchers.proxy.worker --spawn R ... --rounds 1`` from this che
 with --before-root, from another one: the code before the change) --repeats times each,
 alternating, and reads the time from starting the root process to rank 0's ready line (seen
 on its stdout), the root's wall time, and the ready line's own ``setup_s`` (this checkout
-splits it: start = interpreter and imports, group = process group and collectives, build =
-weights, capture = warm-up and six graphs, gate = the correctness check, total = since the
-rank process started). Prints one JSON line per run and a summary last.
+splits it from the moment the root started the rank: python = interpreter and the proxy's
+modules, imports = torch, group = the process group, collectives = symmetric memory where the
+path uses it, build = weights, capture = warm-up and six graphs, gate = the correctness
+check, total = rank start to ready). Prints one JSON line per run and a summary last.
 """
 
 from __future__ import annotations

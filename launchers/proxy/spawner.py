@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from launchers.process import LOCALHOST, free_port, kill_processes
 
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL for the ranks
+SPAWNED_ENV = "SERVETUNE_PROXY_SPAWNED_AT"  # time.time() when the root started the rank
 
 
 def without_spawn(argv: Sequence[str]) -> list[str]:
@@ -61,7 +62,8 @@ def spawn(n: int, argv: Sequence[str], port: int) -> int:
     parent = os.getppid()
     for rank in range(n):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": LOCALHOST, "MASTER_PORT": str(port)}
+               "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": LOCALHOST, "MASTER_PORT": str(port),
+               SPAWNED_ENV: repr(time.time())}
         children.append(subprocess.Popen(rank_argv, env=env, stdin=subprocess.DEVNULL))
     while True:
         codes = [child.poll() for child in children]

@@ -91,6 +91,20 @@ class DistCollectives(Collectives):
             self._gather(out, t)
 
 
+def _cuda_backend(symm_mem: Any, device: torch.device) -> str | None:
+    """Peer memory through CUDA's own IPC (torch's "CUDA" backend), as SGLang's custom
+    allreduce maps its buffers, rather than NVSHMEM where torch would pick it; returns the
+    backend in use (None: this torch cannot say)."""
+    get, put = getattr(symm_mem, "get_backend", None), getattr(symm_mem, "set_backend", None)
+    if get is None:
+        return None
+    if get(device) != "CUDA" and put is not None:
+        with contextlib.suppress(Exception):  # chosen already, or not offered: keep it
+            put("CUDA")
+    found = get(device)
+    return None if found is None else str(found)
+
+
 class SymmMemCollectives(DistCollectives):
     """All-reduces over torch symmetric memory (peer loads over NVLink), the gather NCCL's.
 
@@ -110,6 +124,7 @@ class SymmMemCollectives(DistCollectives):
         enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
         if enable is not None and torch.__version__ < "2.11":
             enable(self.group_name)  # older torch needs it before a rendezvous
+        self.backend = _cuda_backend(symm_mem, device)
         self.buffer = symm_mem.empty(max_numel, dtype=dtype, device=device)
         self.handle: Any = symm_mem.rendezvous(self.buffer, self.group_name)
         self.multicast = int(getattr(self.handle, "multicast_ptr", 0) or 0) != 0
