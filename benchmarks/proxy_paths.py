@@ -90,6 +90,7 @@ def run_row(label: str, config: dict[str, Any], interconnect: str, args: argpars
     row.update({k: statistics.median(r[k] for r in kept) for k in COLUMNS})
     row.update(allreduce_path=info["allreduce_path"],
                sglang_allreduce_path=info["sglang_allreduce_path"],
+               symm_mem_backend=info.get("symm_mem_backend"),
                correctness=kept[-1]["correctness"], setup_s=info.get("setup_s"),
                layers_run=info.get("layers_run"), scaled=info.get("scaled"),
                wall_s=round(time.monotonic() - began, 1))
@@ -120,6 +121,13 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"{r['exposed_per_allreduce_us']:9.2f} {r['comm_alone_ms']:6.3f} "
                      + (f"{prof:9.3f}" if prof is not None else f"{'':9}")
                      + (f" {prof_exp:8.3f}" if prof_exp is not None else ""))
+    for regime in dict.fromkeys(r["interconnect"] for r in rows):
+        nccl = [r for r in rows if r["interconnect"] == regime and "failure" not in r
+                and r["config"].startswith("nccl")]
+        if nccl:
+            best = min(nccl, key=lambda r: r["verify_ms"])
+            lines.append(f"{regime}: NCCL's best is '{best['config']}', verify "
+                         f"{best['verify_ms']:.3f} ms, exposed {best['exposed_comm_ms']:.3f} ms")
     return "\n".join(lines)
 
 

@@ -42,6 +42,12 @@ APPROXIMATION: tuple[str, ...] = (
     "Attention is decode-style: each verify token attends to its request's KV cache of "
     "kv_len entries (read in full), not to the other draft tokens (no tree mask); new K/V are "
     "computed but not appended; no RoPE. MLA runs in the absorbed form SGLang decodes with.",
+    "Collectives take the path SGLang's dispatch rules give them on this machine (the plan's "
+    "notes and the results name it): NCCL runs as NCCL; SGLang's custom allreduce (v2 push/pull "
+    "or legacy kernels) is stood in for by torch symmetric memory's one-shot or two-shot "
+    "kernels, which read peer memory the same way but are not SGLang's kernels; FlashInfer's "
+    "fused all-reduce + residual add + RMSNorm is emulated by the one-shot all-reduce followed "
+    "by separate add and norm kernels. Paths the proxy cannot run fail as not_modelled.",
     "The pass starts from hidden states: no embedding lookup and no embedding all-reduce. "
     "Norms carry no weights. Activations and softmax are counted as compute, not bytes.",
     "With --layers N fewer than the model's, N layers run (dense and MoE in the model's "
