@@ -3,8 +3,8 @@
     python -m benchmarks.profile_gpu --fixture tests/launchers/fixtures/proxy_trace_h200.json.gz
 
 1. Fixture: one proxy launch (--model, --layers, --ranks), one measured round, a profile of
-   --steps verify passes and all-reduce-only passes. Rank 0's trace is trimmed
-   (``launchers.trace.trim``: 2 steps of each kind, ``args`` cut to the correlation id) and
+   --steps verify passes, compute-only passes and collectives-alone passes. Rank 0's trace is
+   trimmed (``launchers.trace.trim``: 2 steps of each kind, ``args`` cut to the correlation id) and
    written gzipped to --fixture, byte for byte the same for the same trace, with the round's
    numbers and the parser's split of the kept steps beside the events
    (``servetune_fixture``); refused when over 200 KB. tests/launchers/test_trace_fixture.py
@@ -74,8 +74,9 @@ def capture(args: argparse.Namespace, experiment: str) -> dict[str, Any]:
         "command": " ".join(sys.argv), "model": args.model, "layers_run": info["layers_run"],
         "ranks": args.ranks, "steps_profiled": args.steps, "device_name": info.get("device_name"),
         "torch": info.get("torch"), "nccl": info.get("nccl"), "graph": info.get("graph"),
-        "measured": {k: measured.get(k) for k in ("verify_ms", "head_ms", "allreduce_ms",
-                                                  "compute_ms", "scaled")},
+        "measured": {k: measured.get(k) for k in ("verify_ms", "head_ms", "compute_ms",
+                                                  "exposed_comm_ms", "comm_alone_ms",
+                                                  "scaled")},
         # the round's verify_ms is scaled to the whole model: back to the layers run
         "pass_ms_run": head + (measured["verify_ms"] - head) / scale, "scale": scale,
         "kept_steps": [{"kind": s.kind, "step_us": s.step_us, "split_us": s.split_us}

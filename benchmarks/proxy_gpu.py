@@ -1,5 +1,6 @@
-"""The verify-pass proxy on the GPUs at hand: verify ms (graph and eager), the allreduce
-share, the HBM floor, and the wall time of a trial from process start to the last round.
+"""The verify-pass proxy on the GPUs at hand: verify ms (graph and eager), the measured
+compute and exposed communication, the HBM floor, and the wall time of a trial from process
+start to the last round.
 
     python benchmarks/proxy_gpu.py                      # the presets below, TP = 1 rank
     python benchmarks/proxy_gpu.py --case kimi-k2.5:20 --ranks 8
@@ -52,9 +53,13 @@ def run_case(model: str, layers: int, ranks: int, graph: bool, rounds: int, iter
     row.update({
         "verify_ms": statistics.median(r["verify_ms"] for r in last),
         "verify_p90_ms": statistics.median(r["verify_p90_ms"] for r in last),
-        "allreduce_ms": statistics.median(r["allreduce_ms"] for r in last),
-        "allreduce_share": statistics.median(r["allreduce_share"] for r in last),
-        "per_allreduce_us": statistics.median(r["per_allreduce_us"] for r in last),
+        "compute_ms": statistics.median(r["compute_ms"] for r in last),
+        "exposed_comm_ms": statistics.median(r["exposed_comm_ms"] for r in last),
+        "exposed_comm_share": statistics.median(r["exposed_comm_share"] for r in last),
+        "exposed_per_allreduce_us": statistics.median(r["exposed_per_allreduce_us"]
+                                                      for r in last),
+        "comm_alone_ms": statistics.median(r["comm_alone_ms"] for r in last),
+        "allreduce_path": last[-1]["allreduce_path"],
         "hbm_floor_ms": last[-1]["hbm_floor_ms"],
         "bytes_per_pass": last[-1]["bytes_per_pass"],
         "scaled": last[-1]["scaled"],

@@ -160,6 +160,11 @@ class Workload(ABC):
         """Whether a knob has any effect on this workload (others are left out of the space)."""
         return True
 
+    def unmodelled(self, knob: Knob) -> dict[Value, str]:
+        """Values of a supported knob this workload cannot run, each with the reason: the
+        engine drops them from the space (with a note) instead of failing trials on them."""
+        return {}
+
     @abstractmethod
     def plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         """Pure: the same config and context always give the same plan."""

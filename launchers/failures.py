@@ -28,6 +28,9 @@ class FailureKind(str, Enum):
     CRASHED_MID_BENCHMARK = "crashed_mid_benchmark"
     BENCHMARK_HANG = "benchmark_hang"
     WRONG_RESULT = "wrong_result"
+    # The workload cannot run what this configuration asks for (a path it does not model);
+    # says nothing about the hardware or the server.
+    NOT_MODELLED = "not_modelled"
 
     def __str__(self) -> str:
         return self.value

@@ -2,30 +2,30 @@
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from launchers.base import (
-    LaunchPlan,
-    Metrics,
-    Running,
-    TrialContext,
-    Workload,
-    WorkloadArgs,
-    knob_env,
-)
+from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.proxy.shapes import Shape, load_shape, preset_names, reference_key, shape_name
-from launchers.proxy.worker import CONTROL_FILE, ROUNDS_FILE, Request
+from launchers.proxy import paths as proxy_paths
+from launchers.proxy import topology
+from launchers.proxy.comm import dispatch, settings
+from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE
+from launchers.proxy.running import ProxyRunning, nccl_log
+from launchers.proxy.shapes import (
+    Shape,
+    architecture,
+    load_shape,
+    preset_names,
+    reference_key,
+    shape_name,
+)
 from search_spaces.knobs import SPECULATIVE_KNOBS, Knob, KnobKind, Value
 
 
@@ -52,6 +52,9 @@ class ProxyArgs(WorkloadArgs):
     round_timeout: float = Field(300.0, gt=0, description="seconds one round may take")
     hbm_bandwidth: float | None = Field(None, gt=0, description="B/s per GPU for hbm_floor_ms; "
                                         "default: 4.3e12 on H200, else measured")
+    interconnect: Literal["auto", "nvlink", "pcie"] = Field(
+        "auto", description="pcie: what a PCIe box has, on any GPUs (NCCL_P2P_DISABLE=1, "
+        "SGLang's rules without NVLink); auto: as NVML reports the GPUs")
 
     cli_fields: ClassVar[Mapping[str, str]] = {
         "model_config": "model", "layers": "layers", "batch": "batch", "kv_len": "kv_len",
@@ -75,12 +78,12 @@ PROXY_LOG = "proxy.log"
 REFERENCE_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0"}
 
 
-def _nccl_log() -> Any | None:
-    """launchers.nccl_log where this checkout has it."""
-    try:
-        return importlib.import_module("launchers.nccl_log")
-    except ImportError:
-        return None
+# Knobs the proxy models besides NCCL's and the speculative shape: SGLang's allreduce and
+# fusion flags and variables (comm.settings), and the composite that expands into them.
+MODELLED_FLAGS = frozenset(settings.FLAGS)
+MODELLED_SGLANG_ENV = frozenset(settings.MODELLED_ENV)
+COMPOSITE_KNOBS = frozenset({"allreduce-backend"})
+WEIGHTS_LAYOUT = "arena-1"  # how weights are drawn: part of the reference key
 
 
 def writes_reference(env: Mapping[str, str]) -> bool:
@@ -95,7 +98,7 @@ def _fit_layers(shape_config: Mapping[str, Any], model: str, gpu_ids: tuple[str,
     FIT_FRACTION of the smallest GPU's total memory (NVML); without NVML the worker fits them
     itself (``--fit-layers``). Returns (layers or None for all, a note or None)."""
     from launchers import gpu
-    from launchers.proxy.model import FIT_FRACTION, Geometry, fit_layers
+    from launchers.proxy.geometry import FIT_FRACTION, Geometry, fit_layers
 
     try:
         geo = Geometry(Shape.from_config(shape_config, shape_name(model)), ranks=ranks,
@@ -123,13 +126,22 @@ def _cuda_available() -> bool:
 class ProxyWorkload(Workload):
     """The verify-pass proxy: one process tree of one rank per GPU (2 gloo ranks on CPU).
 
+    Collectives: the plan asks SGLang's dispatch rules (``launchers.proxy.comm.dispatch``)
+    which path the configuration's flags and SGLANG_* variables give the pass's all-reduces
+    and its logits all-gather on this machine, passes the answer to the ranks
+    (``--allreduce-path``, ``--allgather-path``) and says it in the notes; a path the proxy
+    cannot run fails the trial in preflight as ``not_modelled`` (``unmodelled`` names those
+    values so the engine can leave them out of the space).
+
     Correctness gate: the output compared is the verify pass's logits ([tokens x vocab],
     float32) after the graph replay. The first trial of an experiment that sets no NCCL
     variable (``writes_reference``) writes them to ``<experiment>/proxy_reference.<key>.pt``,
     keyed by everything that changes them (shape, layers, batch, draft tokens, KV length,
-    ranks, device, dtype, seed); every later trial with the same key compares at ready and
-    after each round (relative L2 error <= 2e-2 in bf16, 1e-4 in float32: reduction order may
-    differ between NCCL algorithms, corruption does not stay that small) and fails as
+    ranks, device, dtype, seed, interconnect regime, weight layout); the variables an
+    interconnect regime sets itself (NCCL_P2P_DISABLE under pcie) do not count as overrides.
+    Every later trial with the same key compares at ready and after each round (relative L2
+    error <= 2e-2 in bf16, 1e-4 in float32: reduction order may differ between NCCL
+    algorithms and all-reduce paths, corruption does not stay that small) and fails as
     wrong_result. A trial whose key has no reference yet reports ``correctness:
     no_reference``."""
 
@@ -141,18 +153,73 @@ class ProxyWorkload(Workload):
         self.args = args or ProxyArgs()
 
     def supports(self, knob: Knob) -> bool:
-        """NCCL and other env knobs, and the speculative shape; server flags do nothing here."""
-        return knob.kind is KnobKind.ENV or knob.name in SPECULATIVE_KNOBS
+        """NCCL and other non-SGLang env knobs, the SGLANG_* variables and flags of the
+        allreduce dispatch, the composite allreduce-backend, and the speculative shape."""
+        name = knob.name
+        if name in COMPOSITE_KNOBS or name in SPECULATIVE_KNOBS or name in MODELLED_FLAGS:
+            return True
+        if knob.kind is KnobKind.ENV:
+            return not name.startswith("SGLANG_") or name in MODELLED_SGLANG_ENV
+        return False
+
+    def unmodelled(self, knob: Knob) -> dict[Value, str]:
+        """Values of ``knob`` (its default choices, each alone) whose collectives the proxy
+        cannot run on this machine, or that SGLang would refuse here, with the reason."""
+        if not self.supports(knob) or knob.name in SPECULATIVE_KNOBS:
+            return {}
+        cuda = self._cuda(None)
+        from launchers import gpu
+
+        ranks = self.args.ranks or ((gpu.device_count() or 1) if cuda else 2)
+        gpu_ids = tuple(str(i) for i in range(ranks)) if cuda else ()
+        out: dict[Value, str] = {}
+        for value in knob.choices:
+            if value is None:
+                continue
+            found = self._paths({knob.name: value}, cuda, ranks, gpu_ids,
+                                self.args.draft_tokens, self._model(cuda))
+            if found.error is not None:
+                continue  # a value SGLang cannot parse: validation's business
+            reasons = [r.describe() for r in (found.allreduce,) if r.error] + found.not_modelled
+            if reasons:
+                out[value] = "; ".join(reasons)
+        return out
 
     # ------------------------------------------------------------ rendering (pure)
+    def _cuda(self, gpu_ids: tuple[str, ...] | None) -> bool:
+        """GPUs for a trial with ``gpu_ids`` (None: as the machine has them)."""
+        a = self.args
+        if a.device != "auto":
+            return a.device == "cuda"
+        if gpu_ids is None:
+            from launchers import gpu
+
+            return gpu.device_count() > 0 and _cuda_available()
+        return bool(gpu_ids) and _cuda_available()
+
+    def _model(self, cuda: bool) -> str:
+        model = self.args.model or ("llama-3.1-70b" if cuda else "tiny")
+        return model if model in preset_names() else str(Path(model).absolute())
+
+    def _paths(self, config: Mapping[str, Value], cuda: bool, ranks: int,
+               gpu_ids: tuple[str, ...], draft_tokens: int, model: str) -> proxy_paths.Paths:
+        try:
+            shape_config: dict[str, Any] = load_shape(model)
+        except ValueError:
+            shape_config = {}
+        hidden = shape_config.get("hidden_size")
+        return proxy_paths.resolve(
+            config, ranks=ranks, cuda=cuda, interconnect=self.args.interconnect,
+            topology=topology.probe(gpu_ids) if cuda else topology.Topology(None, None),
+            graph=self.args.graph, architecture=architecture(model),
+            tokens=self.args.batch * draft_tokens,
+            hidden=hidden if isinstance(hidden, int) else 0, inherited=os.environ)
+
     def plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         a = self.args
-        cuda = a.device == "cuda" or (a.device == "auto" and bool(ctx.gpu_ids)
-                                       and _cuda_available())
+        cuda = self._cuda(ctx.gpu_ids)
         ranks = a.ranks or ((len(ctx.gpu_ids) or 1) if cuda else 2)
-        model = a.model or ("llama-3.1-70b" if cuda else "tiny")
-        if model not in preset_names():
-            model = str(Path(model).absolute())
+        model = self._model(cuda)
         drafts = config.get("--speculative-num-draft-tokens")
         draft_tokens = drafts if isinstance(drafts, int) else a.draft_tokens
         steps = config.get("--speculative-num-steps")
@@ -160,8 +227,10 @@ class ProxyWorkload(Workload):
         folder = ctx.trial_dir.absolute()
 
         env, unset = knob_env(config)
-        reference = writes_reference(env)
-        log = _nccl_log() if cuda else None
+        reference = writes_reference(env)  # before the regime's own variables
+        found = self._paths(config, cuda, ranks, ctx.gpu_ids, draft_tokens, model)
+        env.update(found.env)
+        log = nccl_log() if cuda else None
         if log is not None:
             env.update(log.debug_env(folder))
         if cuda and ctx.gpu_ids:
@@ -182,11 +251,14 @@ class ProxyWorkload(Workload):
                                          kv_len=a.kv_len)
         key = reference_key(shape_name(model), shape_config, layers=layers, batch=a.batch,
                             draft_tokens=draft_tokens, kv_len=a.kv_len, ranks=ranks,
-                            device="cuda" if cuda else "cpu", dtype=dtype, seed=ctx.seed)
+                            device="cuda" if cuda else "cpu", dtype=dtype, seed=ctx.seed,
+                            interconnect=found.interconnect, weights=WEIGHTS_LAYOUT)
         argv = [sys.executable, "-m", "launchers.proxy.worker", "--spawn", str(ranks),
                 "--device", "cuda" if cuda else "cpu", "--model", model,
                 "--batch", str(a.batch), "--draft-tokens", str(draft_tokens),
                 "--kv-len", str(a.kv_len),
+                "--allreduce-path", found.allreduce_arg, "--allgather-path", found.allgather.path,
+                "--interconnect", found.interconnect,
                 "--iters", str(a.iters_per_round or (50 if cuda else 10)),
                 "--graph" if a.graph else "--no-graph", "--accept-length", str(a.accept_length),
                 "--seed", str(ctx.seed), "--out", str(folder)]
@@ -225,6 +297,7 @@ class ProxyWorkload(Workload):
         if not isinstance(drafts, int):
             notes.append(f"draft tokens {draft_tokens} from the proxy's args (the config does "
                          "not set --speculative-num-draft-tokens)")
+        notes += found.notes
         if a.check_correctness and reference:
             notes.append("no NCCL overrides: writes the correctness reference if none exists")
         return LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
@@ -232,11 +305,23 @@ class ProxyWorkload(Workload):
 
     # ------------------------------------------------------------ checks and start
     def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
-        """The shape loads and splits over the ranks, the GPUs exist, the port is free."""
-        from launchers.proxy.model import Geometry
-        from launchers.proxy.worker import parse_args
+        """The collectives are ones the proxy runs (else not_modelled), SGLang would accept
+        the settings, the shape loads and splits over the ranks, the GPUs exist, the port is
+        free."""
+        from launchers.proxy.cli import parse_args
+        from launchers.proxy.geometry import Geometry
 
         args = parse_args(plan.argv[3:])
+        if args.allreduce_path == proxy_paths.INVALID:
+            why = next((n.removeprefix(proxy_paths.INVALID_NOTE) for n in plan.notes
+                        if n.startswith(proxy_paths.INVALID_NOTE)), "invalid settings")
+            raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, why))
+        for what, path in (("all-reduce", args.allreduce_path),
+                           ("all-gather", args.allgather_path)):
+            if path in dispatch.NOT_MODELLED:
+                raise TrialFailed(Failure(
+                    FailureKind.NOT_MODELLED, f"SGLang would run the {what} as {path}, which "
+                    f"the proxy does not model: {dispatch.NOT_MODELLED[path]}"))
         try:
             shape = Shape.from_config(load_shape(args.model), shape_name(args.model))
             Geometry(shape, ranks=args.spawn, batch=args.batch, draft_tokens=args.draft_tokens,
@@ -266,125 +351,3 @@ class ProxyWorkload(Workload):
 
     def describe(self) -> dict[str, Any]:
         return self.args.model_dump()
-
-
-class ProxyRunning(Running):
-    """The started proxy. Readiness: rank 0's ``ready`` line in proxy_rounds.jsonl (after
-    warm-up, capture and the first correctness check); a round or a profile: write the request
-    to proxy_control, wait for its line."""
-
-    def __init__(self, process: ServerProcess, plan: LaunchPlan, folder: Path,
-                 round_timeout: float) -> None:
-        self.process = process
-        self.plan = plan
-        self.folder = folder
-        self.round_timeout = round_timeout
-        self.info: dict[str, Any] = {}  # the ready line: shape, bytes, approximation, ...
-        self.rounds: dict[int, Metrics] = {}
-        self.profiles: dict[int, dict[str, Any]] = {}  # request seq -> the profile line
-        self._seq = -1  # the last request written
-        self._wrong: str | None = None
-        self._offset = 0
-        self._cuda = "cuda" in plan.argv[plan.argv.index("--device") + 1]
-
-    def _read(self) -> None:
-        """Take in the complete lines rank 0 appended since the last read."""
-        try:
-            with open(self.folder / ROUNDS_FILE, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except OSError:
-            return
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for line in data[:end].decode("utf-8", "replace").splitlines():
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            kind = event.pop("event", None)
-            if kind == "ready":
-                self.info = event
-            elif kind == "round":
-                self.rounds[int(event["round"])] = event
-            elif kind == "profile" and event.get("request") is not None:
-                self.profiles[int(event["request"])] = event
-            elif kind == "wrong_result":
-                self._wrong = str(event.get("message", "the logits differ from the reference"))
-
-    def _raise_if_wrong(self) -> None:
-        if self._wrong is not None:
-            failure = self.process.failure(self._wrong, FailureKind.WRONG_RESULT)
-            failure.hint = ("this configuration changes the proxy's logits beyond bf16 "
-                            "rounding (see shared/reference/nccl.md: forced LL128)")
-            raise TrialFailed(failure)
-
-    def wait_ready(self, timeout: float) -> float:
-        def probe() -> bool:
-            self._read()
-            self._raise_if_wrong()
-            return bool(self.info)
-
-        try:
-            return self.process.wait_ready(probe, timeout, interval=0.02)
-        except TrialFailed:
-            self._read()  # a wrong_result line written just before the exit
-            self._raise_if_wrong()
-            raise
-
-    def _request(self, action: str, value: int) -> int:
-        """Write the next request to proxy_control (atomically); returns its seq."""
-        self._seq += 1
-        control = self.folder / CONTROL_FILE
-        tmp = control.with_name(CONTROL_FILE + ".tmp")
-        tmp.write_text(Request(self._seq, action, value).line())
-        tmp.replace(control)
-        return self._seq
-
-    def _wait(self, what: str, done: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            dead = self.process.poll() is not None
-            self._read()
-            self._raise_if_wrong()
-            if done():
-                return
-            if dead:
-                failure = self.process.failure()
-                if failure.kind is FailureKind.CRASHED:
-                    failure.kind = FailureKind.CRASHED_MID_BENCHMARK
-                failure.message = f"{what}: {failure.message}"
-                raise TrialFailed(failure)
-            if time.monotonic() > deadline:
-                raise TrialFailed(self.process.failure(
-                    f"{what}: no result after {timeout:.0f} s (ranks still running)",
-                    FailureKind.BENCHMARK_HANG))
-            time.sleep(0.02)
-
-    def measure(self, round_index: int) -> Metrics:
-        self._request("round", round_index)
-        self._wait(f"round {round_index}", lambda: round_index in self.rounds,
-                   self.round_timeout)
-        return dict(self.rounds[round_index])
-
-    def profile(self, steps: int) -> list[Path]:
-        """torch.profiler in every rank over ``steps`` verify passes (``servetune.verify``
-        spans) and ``steps`` all-reduce-only passes (``servetune.allreduce_only``): one Chrome
-        trace per rank, under traces/ in the trial folder."""
-        seq = self._request("profile", steps)
-        self._wait("profile", lambda: seq in self.profiles, self.round_timeout + 120.0)
-        return [Path(f) for f in self.profiles[seq]["files"]]
-
-    def effective(self) -> dict[str, Any]:
-        """What NCCL ran with, from its own log (GPU runs with launchers.nccl_log)."""
-        log = _nccl_log() if self._cuda else None
-        if log is None:
-            return {}
-        eff = log.parse_files(log.debug_files(self.folder))
-        inherited = {k: v for k, v in os.environ.items()
-                     if k.startswith("NCCL_") and k not in self.plan.env
-                     and k not in self.plan.unset_env}
-        data: dict[str, Any] = eff.to_json()
-        data["columns"] = eff.to_columns()
-        data["warnings"] = log.mismatches(dict(self.plan.env), eff, inherited)
-        return data

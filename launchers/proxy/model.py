@@ -1,47 +1,31 @@
 """The proxy's model: a tensor-parallel decoder stack with a real model's shapes.
 
-One verify pass over T = batch x draft tokens, on each of t ranks:
-  per layer: RMSNorm, attention, all_reduce, residual, RMSNorm, MLP or MoE, all_reduce, residual
-  at the end: RMSNorm, LM head (vocab split over ranks), all_gather of the logits
+One verify pass over T = batch x draft tokens, on each of t ranks (``launchers.proxy.geometry``
+has the sizes and the bytes each part reads):
+  per layer: attention on the normed input, all-reduce + residual add + RMSNorm, MLP or MoE,
+             all-reduce + residual add + RMSNorm (the next layer's, or the final norm)
+  at the end: the LM head (vocab split over ranks), all-gather of the logits
 so 2 all-reduces of [T x hidden] per layer and one all-gather of [T x vocab/t], as the
-server's verify pass does under tensor parallelism.
+server's verify pass does under tensor parallelism. The collectives are the model's
+``comm`` (``launchers.proxy.comm.collectives``: the path SGLang would take), or the ones a call
+passes in (the compute-only pass passes no-ops).
 
-(a) Bytes read per pass, per GPU (``Geometry.bytes_per_pass``), e = bytes per element
-(2 for bf16), H/KV heads, d head dim, P = min(experts, T x top_k):
-  attention GQA  hidden x (H/t + 2 KV/t) d + (H/t) d x hidden     (KV/t is at least 1: replicated)
-  attention MLA  hidden x (q_lora + kv_lora + rope) [replicated] + q_lora x (H/t)(nope + rope)
-                 + kv_lora x (H/t)(nope + v) [kv_b_proj, absorbed] + (H/t) v x hidden
-  KV cache       GQA batch x kv_len x 2 (KV/t) d; MLA batch x kv_len x (kv_lora + rope) [replicated]
-  dense MLP      3 x hidden x intermediate/t
-  MoE            P x 3 x hidden x moe_intermediate/t + router hidden x experts
-                 + shared experts 3 x hidden x shared_intermediate/t
-  LM head        hidden x ceil(vocab/t)
-all times e. A part the checkpoint quantizes (``shapes.Quantization``: Kimi-K2.5's INT4 routed
-experts, DeepSeek-V3's FP8 linears) is held narrower, so that the proxy reads the bytes the
-server reads: the width that part's weights are counted with above (an MLP or expert
-intermediate size, an attention or LM head output width) becomes w x b / e, rounded, where b is
-the checkpoint's bytes per weight with scales (0.5 + 2/32 for INT4 in groups of 32 with bf16
-scales; 1 + 4/128^2 for FP8 in 128x128 blocks). ``bytes_per_pass`` counts what the proxy
-reads, the effective bytes (``Geometry(..., quantize=False)`` counts the model dtype). The proxy
-holds exactly these tensors, so the bytes it reads are the bytes counted (a test checks this).
-
-(b) The approximation: ``APPROXIMATION`` below, returned by ``approximation()``.
+The approximation: ``APPROXIMATION`` below, returned by ``approximation()``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass, replace
-from typing import Protocol
 
 import torch
-import torch.distributed as dist
 
-from launchers.proxy.shapes import Shape
+from launchers.proxy.comm.collectives import Collectives, rms_norm
+from launchers.proxy.geometry import Geometry
 
 APPROXIMATION: tuple[str, ...] = (
-    "Weights are random (fixed seed) and held in bf16 on GPU, float32 on CPU.",
+    "Weights are random (fixed seed) and held in bf16 on GPU, float32 on CPU: two allocations "
+    "per rank (tensors replicated over ranks, and this rank's shards), each filled by one "
+    "generator call and scaled per tensor.",
     "A quantized checkpoint (quantization_config: compressed-tensors such as Kimi-K2.5's INT4 "
     "routed experts, or FP8 blocks such as DeepSeek-V3's) is modelled by its bytes, not by its "
     "kernels: each quantized weight is held narrower by (checkpoint bytes per weight, scales "
@@ -58,6 +42,12 @@ APPROXIMATION: tuple[str, ...] = (
     "Attention is decode-style: each verify token attends to its request's KV cache of "
     "kv_len entries (read in full), not to the other draft tokens (no tree mask); new K/V are "
     "computed but not appended; no RoPE. MLA runs in the absorbed form SGLang decodes with.",
+    "Collectives take the path SGLang's dispatch rules give them on this machine (the plan's "
+    "notes and the results name it): NCCL runs as NCCL; SGLang's custom allreduce (v2 push/pull "
+    "or legacy kernels) is stood in for by torch symmetric memory's one-shot or two-shot "
+    "kernels, which read peer memory the same way but are not SGLang's kernels; FlashInfer's "
+    "fused all-reduce + residual add + RMSNorm is emulated by the one-shot all-reduce followed "
+    "by separate add and norm kernels. Paths the proxy cannot run fail as not_modelled.",
     "The pass starts from hidden states: no embedding lookup and no embedding all-reduce. "
     "Norms carry no weights. Activations and softmax are counted as compute, not bytes.",
     "With --layers N fewer than the model's, N layers run (dense and MoE in the model's "
@@ -68,255 +58,12 @@ APPROXIMATION: tuple[str, ...] = (
 )
 
 
-FIT_FRACTION = 0.85  # of a GPU's total memory that the weights and caches may take when fitted
-
-
 def approximation() -> list[str]:
     return list(APPROXIMATION)
 
 
-def fit_layers(geo: Geometry, memory: int) -> int | None:
-    """The most layers of ``geo``'s model whose weights and caches take at most FIT_FRACTION
-    of ``memory`` bytes per GPU (at least 1); None when the whole model fits. Deterministic for
-    a GPU model (total memory, not free memory), so every trial of an experiment runs the same
-    layers and shares one correctness reference."""
-    budget = FIT_FRACTION * memory
-    n = geo.shape.num_hidden_layers
-    if replace(geo, layers=None).bytes_per_pass(full=False)["total"] <= budget:
-        return None
-    fit = 1
-    for k in range(2, n):
-        if replace(geo, layers=k).bytes_per_pass(full=False)["total"] > budget:
-            break
-        fit = k
-    return fit
-
-
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """Per-rank sizes of one proxy run, and the bytes a verify pass reads."""
-
-    shape: Shape
-    ranks: int = 1
-    batch: int = 1
-    draft_tokens: int = 1
-    kv_len: int = 1
-    layers: int | None = None  # layers run; None: all
-    elem_bytes: int = 2
-    quantize: bool = True  # hold quantized parts at the checkpoint's bytes (False: as dtype)
-
-    def __post_init__(self) -> None:
-        s, t = self.shape, self.ranks
-        if s.num_attention_heads % t:
-            raise ValueError(f"{s.name}: {s.num_attention_heads} attention heads do not split "
-                             f"over {t} ranks")
-        kv = s.num_key_value_heads
-        if not s.is_mla and (kv % t if kv >= t else t % kv):
-            raise ValueError(f"{s.name}: {kv} KV heads do not split over {t} ranks")
-        if not s.is_mla and (s.num_attention_heads // t) % self.kv_heads:
-            raise ValueError(f"{s.name}: heads per rank not a multiple of KV heads per rank")
-        if self.layers is not None and not 1 <= self.layers <= s.num_hidden_layers:
-            raise ValueError(f"{s.name}: --layers must be in [1, {s.num_hidden_layers}]")
-
-    # ------------------------------------------------------------ sizes
-    @property
-    def tokens(self) -> int:
-        return self.batch * self.draft_tokens
-
-    @property
-    def layers_run(self) -> int:
-        return self.layers or self.shape.num_hidden_layers
-
-    @property
-    def scaled(self) -> bool:
-        return self.layers_run < self.shape.num_hidden_layers
-
-    @property
-    def scale(self) -> float:
-        return self.shape.num_hidden_layers / self.layers_run
-
-    @property
-    def heads(self) -> int:
-        return self.shape.num_attention_heads // self.ranks
-
-    @property
-    def kv_heads(self) -> int:
-        return max(1, self.shape.num_key_value_heads // self.ranks)
-
-    @property
-    def intermediate(self) -> int:
-        return _ceil_div(self.shape.intermediate_size, self.ranks)
-
-    @property
-    def moe_intermediate(self) -> int:
-        return _ceil_div(self.shape.moe_intermediate_size, self.ranks)
-
-    @property
-    def shared_intermediate(self) -> int:
-        return _ceil_div(self.shape.shared_intermediate, self.ranks)
-
-    @property
-    def vocab_shard(self) -> int:
-        return _ceil_div(self.shape.vocab_size, self.ranks)
-
-    def width(self, part: str, n: int) -> int:
-        """The width ``n`` of a weight of ``part`` as held: scaled by the checkpoint's bytes
-        per weight over the proxy's bytes per element when the checkpoint quantizes it."""
-        q = self.shape.quantization
-        b = q.bytes_per_weight(part) if q is not None and self.quantize else None
-        if b is None or b >= self.elem_bytes:
-            return n
-        return max(1, round(n * b / self.elem_bytes))
-
-    @property
-    def dense_width(self) -> int:
-        return self.width("dense_mlp", self.intermediate)
-
-    @property
-    def moe_width(self) -> int:
-        return self.width("routed_experts", self.moe_intermediate)
-
-    @property
-    def shared_width(self) -> int:
-        return self.width("shared_experts", self.shared_intermediate)
-
-    @property
-    def expert_pool(self) -> int:
-        """Distinct experts a pass reaches per layer (each token its own top_k)."""
-        return min(self.shape.n_routed_experts, self.tokens * self.shape.num_experts_per_tok)
-
-    @property
-    def expert_rounds(self) -> int:
-        """Tokens per expert: more than 1 once tokens x top_k exceeds the experts."""
-        return _ceil_div(self.tokens * self.shape.num_experts_per_tok, self.expert_pool)
-
-    def layer_kinds(self, full: bool = False) -> tuple[str, ...]:
-        """``dense`` or ``moe`` per layer (run, or the whole model with ``full``)."""
-        s = self.shape
-        n = s.num_hidden_layers if full else self.layers_run
-        if not s.is_moe:
-            return ("dense",) * n
-        k = s.first_k_dense_replace
-        dense = k if n >= s.num_hidden_layers else min(k, int(n * k / s.num_hidden_layers + 0.5))
-        return ("dense",) * dense + ("moe",) * (n - dense)
-
-    # ------------------------------------------------------------ parameters per rank
-    def attention_params(self) -> int:
-        s, h, hl = self.shape, self.shape.hidden_size, self.heads
-
-        def w(n: int) -> int:
-            return self.width("attention", n)
-
-        if s.is_mla:
-            assert s.kv_lora_rank is not None
-            lat, nope, rope = s.kv_lora_rank, s.qk_nope_head_dim, s.qk_rope_head_dim
-            q_lora = s.q_lora_rank or 0
-            a = h * w(q_lora + lat + rope)  # q_a and kv_a (replicated)
-            q_b = (q_lora or h) * w(hl * (nope + rope))
-            kv_b = hl * nope * w(lat) + hl * lat * w(s.v_head_dim)  # absorbed: k_c, v_c
-            return a + q_b + kv_b + hl * s.v_head_dim * w(h)
-        d = s.head_dim
-        return h * w((hl + 2 * self.kv_heads) * d) + hl * d * w(h)
-
-    def kv_cache_elems(self) -> int:
-        s = self.shape
-        if s.is_mla:
-            assert s.kv_lora_rank is not None
-            return self.batch * self.kv_len * (s.kv_lora_rank + s.qk_rope_head_dim)
-        return self.batch * self.kv_len * 2 * self.kv_heads * s.head_dim
-
-    def dense_params(self) -> int:
-        return 3 * self.shape.hidden_size * self.dense_width
-
-    def moe_params(self) -> int:
-        h = self.shape.hidden_size
-        routed = self.expert_pool * 3 * h * self.moe_width
-        return routed + h * self.shape.n_routed_experts + 3 * h * self.shared_width
-
-    def head_params(self) -> int:
-        return self.shape.hidden_size * self.width("lm_head", self.vocab_shard)
-
-    def bytes_per_pass(self, full: bool = True) -> dict[str, int]:
-        """Bytes one verify pass reads on one GPU, by part (``full``: the whole model)."""
-        kinds = self.layer_kinds(full)
-        n, e = len(kinds), self.elem_bytes
-        parts = {
-            "attention": n * self.attention_params() * e,
-            "kv_cache": n * self.kv_cache_elems() * e,
-            "dense_mlp": kinds.count("dense") * self.dense_params() * e,
-            "moe": kinds.count("moe") * self.moe_params() * e,
-            "lm_head": self.head_params() * e,
-        }
-        parts["total"] = sum(parts.values())
-        return parts
-
-    def describe(self) -> dict[str, object]:
-        q = self.shape.quantization
-        return {"tokens": self.tokens, "layers_run": self.layers_run, "scaled": self.scaled,
-                "num_hidden_layers": self.shape.num_hidden_layers,
-                "heads_per_rank": self.heads, "kv_heads_per_rank": self.kv_heads,
-                "expert_pool": self.expert_pool if self.shape.is_moe else 0,
-                "layer_kinds": "".join(k[0] for k in self.layer_kinds()),
-                "quantization": q.describe() if q is not None else None}
-
-
-# ---------------------------------------------------------------- collectives
-
-
-class Comm(Protocol):
-    def all_reduce(self, t: torch.Tensor) -> None: ...
-
-    def all_gather(self, out: torch.Tensor, t: torch.Tensor) -> None: ...
-
-
-class LocalComm:
-    """One rank, no process group."""
-
-    def all_reduce(self, t: torch.Tensor) -> None:
-        return None
-
-    def all_gather(self, out: torch.Tensor, t: torch.Tensor) -> None:
-        out.copy_(t)
-
-
-COMM_SPAN = "servetune.comm."  # + all_reduce / all_gather: a collective in a profile
-
-
-def _comm_span(name: str) -> contextlib.AbstractContextManager[object]:
-    """A profiler span around one collective, only while a profiler records (nothing on the
-    timed path otherwise). On CPU it marks gloo's time as communication in the trace; CUDA
-    graph replays run no Python, so there the kernels' names say it instead."""
-    if torch.autograd._profiler_enabled():
-        return torch.profiler.record_function(COMM_SPAN + name)
-    return contextlib.nullcontext()
-
-
-class DistComm:
-    """The default torch.distributed process group."""
-
-    def __init__(self) -> None:
-        # all_gather_single (newer torch) is what all_gather_into_tensor became
-        self._gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-    def all_reduce(self, t: torch.Tensor) -> None:
-        with _comm_span("all_reduce"):
-            dist.all_reduce(t)
-
-    def all_gather(self, out: torch.Tensor, t: torch.Tensor) -> None:
-        with _comm_span("all_gather"):
-            self._gather(out, t)
-
-
-# ---------------------------------------------------------------- the model
-
-
-def _norm(x: torch.Tensor) -> torch.Tensor:
-    var = x.float().pow(2).mean(-1, keepdim=True)
-    return x * torch.rsqrt(var + 1e-6).to(x.dtype)
 
 
 def _widen(y: torch.Tensor, n: int) -> torch.Tensor:
@@ -334,47 +81,85 @@ def _swiglu(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(gate) * up
 
 
+SHARED, OWN = 0, 1  # the arena a tensor is drawn from: replicated over ranks, or this rank's
+_Slot = tuple[int, int]  # (arena, index in it)
+
+
+class _Arena:
+    """Tensors drawn from one generator: one allocation, one fill kernel, then one scaling
+    kernel per distinct bound (tensors with the same bound sit next to each other). The layout
+    follows the order of declaration, so the same geometry and seed give the same values."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[int, ...]] = []
+        self.bounds: list[float] = []
+
+    def add(self, shape: tuple[int, ...], bound: float) -> int:
+        self.shapes.append(shape)
+        self.bounds.append(bound)
+        return len(self.shapes) - 1
+
+    def build(self, device: torch.device, dtype: torch.dtype, seed: int) -> list[torch.Tensor]:
+        sizes = [math.prod(s) for s in self.shapes]
+        order = sorted(range(len(sizes)), key=lambda i: self.bounds.index(self.bounds[i]))
+        flat = torch.empty(sum(sizes), device=device, dtype=dtype)
+        if not sizes:
+            return []
+        flat.uniform_(-1.0, 1.0, generator=torch.Generator(device=device).manual_seed(seed))
+        out: list[torch.Tensor | None] = [None] * len(sizes)
+        offset, run_start, run_bound = 0, 0, self.bounds[order[0]]
+        for i in order:
+            if self.bounds[i] != run_bound:
+                flat[run_start:offset].mul_(run_bound)
+                run_start, run_bound = offset, self.bounds[i]
+            out[i] = flat[offset:offset + sizes[i]].view(self.shapes[i])
+            offset += sizes[i]
+        flat[run_start:offset].mul_(run_bound)
+        return [t for t in out if t is not None]
+
+
 class ProxyModel:
     """The per-rank stack. Replicated tensors (input, MLA cache and down-projections of the
-    latent, router) are drawn from a generator shared by all ranks, shards from a per-rank
-    one, so every rank ends with the same logits, as under real tensor parallelism."""
+    latent, router) come from an arena seeded alike on all ranks, shards from a per-rank one,
+    so every rank ends with the same logits, as under real tensor parallelism."""
 
     def __init__(self, geo: Geometry, *, rank: int = 0, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32, seed: int = 0,
-                 comm: Comm | None = None) -> None:
+                 comm: Collectives | None = None) -> None:
         self.geo, self.rank, self.dtype = geo, rank, dtype
         self.device = torch.device(device)
-        self.comm: Comm = comm or LocalComm()
-        self._shared = torch.Generator(device=self.device).manual_seed(seed)
-        self._own = torch.Generator(device=self.device).manual_seed(seed * 100_003 + rank + 1)
+        self.comm: Collectives = comm or Collectives()
+        self._arenas = (_Arena(), _Arena())
         s, h, T = geo.shape, geo.shape.hidden_size, geo.tokens
         self.out_scale = 1.0 / math.sqrt(2 * s.num_hidden_layers)  # residual branches stay small
-        self.x = self._rand((T, h), 1.0, self._shared)
-        self.layers = [self._build_layer(kind) for kind in geo.layer_kinds()]
-        self.head_w = self._rand((h, geo.width("lm_head", geo.vocab_shard)), h, self._own)
+        x = self._draw((T, h), 1.0, SHARED)
+        specs = [self._declare_layer(kind) for kind in geo.layer_kinds()]
+        head_w = self._draw((h, geo.width("lm_head", geo.vocab_shard)), h, OWN)
+        drawn = (self._arenas[SHARED].build(self.device, dtype, seed),
+                 self._arenas[OWN].build(self.device, dtype, seed * 100_003 + rank + 1))
+        self.x = drawn[x[0]][x[1]]
+        self.layers = [{k: drawn[a][i] for k, (a, i) in spec.items()} for spec in specs]
+        self.head_w = drawn[head_w[0]][head_w[1]]
         self.gather_buf = torch.zeros((geo.ranks * T, geo.vocab_shard), device=self.device,
                                       dtype=dtype)
         self.gather_src = torch.zeros((T, geo.vocab_shard), device=self.device, dtype=dtype)
         self.comm_buf = torch.zeros((T, h), device=self.device, dtype=dtype)
-        if s.is_moe:
+        if s.is_moe:  # built on the device: no host-to-device copy
             k, pool = s.num_experts_per_tok, geo.expert_pool
-            slots = geo.expert_rounds * pool
-            self.slot_token = torch.tensor([i // k if i < T * k else 0 for i in range(slots)],
-                                           device=self.device)
-            self.assign = torch.tensor([[(i * k + j) % pool for j in range(k)] for i in range(T)],
-                                       device=self.device)
+            slots = torch.arange(geo.expert_rounds * pool, device=self.device)
+            self.slot_token = torch.where(slots < T * k, slots // k, torch.zeros_like(slots))
+            tokens = torch.arange(T, device=self.device).unsqueeze(1)
+            self.assign = (tokens * k + torch.arange(k, device=self.device)) % pool
 
     # ------------------------------------------------------------ weights
-    def _rand(self, shape: tuple[int, ...], fan_in: float, gen: torch.Generator,
-              scale: float = 1.0) -> torch.Tensor:
+    def _draw(self, shape: tuple[int, ...], fan_in: float, arena: int, scale: float = 1.0
+              ) -> _Slot:
         """Uniform with variance scale^2/fan_in: unit-scale activations, finite in bf16."""
-        bound = scale * math.sqrt(3.0 / fan_in)
-        t = torch.empty(shape, device=self.device, dtype=self.dtype)
-        return t.uniform_(-bound, bound, generator=gen)
+        return arena, self._arenas[arena].add(shape, scale * math.sqrt(3.0 / fan_in))
 
-    def _build_layer(self, kind: str) -> dict[str, torch.Tensor]:
+    def _declare_layer(self, kind: str) -> dict[str, _Slot]:
         geo, s, h = self.geo, self.geo.shape, self.geo.shape.hidden_size
-        w: dict[str, torch.Tensor] = {}
+        w: dict[str, _Slot] = {}
 
         def aw(n: int) -> int:  # an attention output width as held (quantized: narrower)
             return geo.width("attention", n)
@@ -383,33 +168,33 @@ class ProxyModel:
             assert s.kv_lora_rank is not None
             lat, rope, nope, hl = s.kv_lora_rank, s.qk_rope_head_dim, s.qk_nope_head_dim, geo.heads
             q_lora = s.q_lora_rank or 0
-            w["a"] = self._rand((h, aw(q_lora + lat + rope)), h, self._shared)
+            w["a"] = self._draw((h, aw(q_lora + lat + rope)), h, SHARED)
             q_in = q_lora or h
-            w["q_b"] = self._rand((q_in, aw(hl * (nope + rope))), q_in, self._own)
-            w["k_c"] = self._rand((hl, nope, aw(lat)), nope, self._own)
-            w["v_c"] = self._rand((hl, lat, aw(s.v_head_dim)), lat, self._own)
-            w["o"] = self._rand((hl * s.v_head_dim, aw(h)), hl * s.v_head_dim, self._own,
+            w["q_b"] = self._draw((q_in, aw(hl * (nope + rope))), q_in, OWN)
+            w["k_c"] = self._draw((hl, nope, aw(lat)), nope, OWN)
+            w["v_c"] = self._draw((hl, lat, aw(s.v_head_dim)), lat, OWN)
+            w["o"] = self._draw((hl * s.v_head_dim, aw(h)), hl * s.v_head_dim, OWN,
                                 self.out_scale)
-            w["cache"] = self._rand((geo.batch, geo.kv_len, lat + rope), 1.0, self._shared)
+            w["cache"] = self._draw((geo.batch, geo.kv_len, lat + rope), 1.0, SHARED)
         else:
             d, hl, kvl = s.head_dim, geo.heads, geo.kv_heads
-            w["qkv"] = self._rand((h, aw((hl + 2 * kvl) * d)), h, self._own)
-            w["o"] = self._rand((hl * d, aw(h)), hl * d, self._own, self.out_scale)
-            w["k"] = self._rand((geo.batch, kvl, geo.kv_len, d), 1.0, self._own)
-            w["v"] = self._rand((geo.batch, kvl, geo.kv_len, d), 1.0, self._own)
+            w["qkv"] = self._draw((h, aw((hl + 2 * kvl) * d)), h, OWN)
+            w["o"] = self._draw((hl * d, aw(h)), hl * d, OWN, self.out_scale)
+            w["k"] = self._draw((geo.batch, kvl, geo.kv_len, d), 1.0, OWN)
+            w["v"] = self._draw((geo.batch, kvl, geo.kv_len, d), 1.0, OWN)
         if kind == "dense":
             dw = geo.dense_width
-            w["gate_up"] = self._rand((h, 2 * dw), h, self._own)
-            w["down"] = self._rand((dw, h), dw, self._own, self.out_scale)
+            w["gate_up"] = self._draw((h, 2 * dw), h, OWN)
+            w["down"] = self._draw((dw, h), dw, OWN, self.out_scale)
         else:
             pool, im = geo.expert_pool, geo.moe_width
-            w["router"] = self._rand((h, s.n_routed_experts), h, self._shared)
-            w["w1"] = self._rand((pool, h, 2 * im), h, self._own)
-            w["w2"] = self._rand((pool, im, h), im, self._own, self.out_scale)
+            w["router"] = self._draw((h, s.n_routed_experts), h, SHARED)
+            w["w1"] = self._draw((pool, h, 2 * im), h, OWN)
+            w["w2"] = self._draw((pool, im, h), im, OWN, self.out_scale)
             if geo.shared_intermediate:
                 si = geo.shared_width
-                w["shared_gate_up"] = self._rand((h, 2 * si), h, self._own)
-                w["shared_down"] = self._rand((si, h), si, self._own, self.out_scale)
+                w["shared_gate_up"] = self._draw((h, 2 * si), h, OWN)
+                w["shared_down"] = self._draw((si, h), si, OWN, self.out_scale)
         return w
 
     def held_bytes(self) -> int:
@@ -418,32 +203,39 @@ class ProxyModel:
         return sum(t.numel() * t.element_size() for t in tensors)
 
     # ------------------------------------------------------------ the pass
-    def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.x if x is None else x
+    def forward(self, comm: Collectives | None = None) -> torch.Tensor:
+        """The verify pass; ``comm`` replaces the model's collectives for this call (the
+        compute-only pass passes no-ops)."""
+        comm = comm or self.comm
+        x = self.x
+        h = rms_norm(x)
         for w in self.layers:
-            a = self._attention(_norm(x), w)
-            self.comm.all_reduce(a)
-            x = x + a
-            m = self._mlp(_norm(x), w)
-            self.comm.all_reduce(m)
-            x = x + m
-        return self.head(x)
+            x, h = comm.reduce_add_norm(self._attention(h, w), x)
+            x, h = comm.reduce_add_norm(self._mlp(h, w), x)
+        return self.head(h, comm)
 
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        """Final norm, the vocab-parallel LM head and the logits all-gather: [T x vocab]."""
+    def head(self, h: torch.Tensor, comm: Collectives | None = None) -> torch.Tensor:
+        """The vocab-parallel LM head on the normed hidden states and the logits all-gather:
+        [T x vocab]."""
         geo = self.geo
-        local = _widen(_norm(x) @ self.head_w, geo.vocab_shard)
-        self.comm.all_gather(self.gather_buf, local)
+        local = _widen(h @ self.head_w, geo.vocab_shard)
+        (comm or self.comm).all_gather(self.gather_buf, local)
         full = self.gather_buf.view(geo.ranks, geo.tokens, geo.vocab_shard).transpose(0, 1)
         # clone: with one rank the reshape is a view of gather_buf, which other graphs reuse
         return full.reshape(geo.tokens, -1)[:, : geo.shape.vocab_size].clone()
 
+    def head_pass(self, comm: Collectives | None = None) -> torch.Tensor:
+        """The final norm and the head alone (timed apart: the head is not scaled)."""
+        return self.head(rms_norm(self.x), comm)
+
     def collectives(self, n_allreduce: int) -> None:
-        """The pass's collectives without compute: ``n_allreduce`` all-reduces."""
+        """The pass's all-reduces without compute: ``n_allreduce`` of [T x hidden]."""
         for _ in range(n_allreduce):
             self.comm.all_reduce(self.comm_buf)
 
     def gather_only(self) -> None:
+        self.comm.all_gather(self.gather_buf, self.gather_src)
+
         self.comm.all_gather(self.gather_buf, self.gather_src)
 
     def _attention(self, h: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -454,7 +246,7 @@ class ProxyModel:
             lat, nope, rope = s.kv_lora_rank, s.qk_nope_head_dim, s.qk_rope_head_dim
             q_lora = s.q_lora_rank or 0
             a = _widen(h @ w["a"], q_lora + lat + rope)  # q_a, the new latent (not appended)
-            q_in = _norm(a[:, :q_lora]) if q_lora else h
+            q_in = rms_norm(a[:, :q_lora]) if q_lora else h
             q = _widen(q_in @ w["q_b"], hl * (nope + rope))
             q = q.view(T, hl, nope + rope).transpose(0, 1)  # [hl, T, nope+rope]
             q_lat = _widen(torch.bmm(q[..., :nope], w["k_c"]), lat)  # absorbed: [hl, T, lat]

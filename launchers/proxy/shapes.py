@@ -37,10 +37,9 @@ def preset_names() -> list[str]:
     return sorted(p.name[:-5] for p in _preset_dir().iterdir() if p.name.endswith(".json"))
 
 
-def load_shape(name_or_path: str) -> dict[str, Any]:
-    """The config.json dict of a preset name or a path to a config.json (or its folder).
-
-    ``text_config`` of a multimodal config is returned merged over the top level."""
+def _read_config(name_or_path: str) -> dict[str, Any]:
+    """The config.json dict of a preset name or a path to a config.json (or its folder), as
+    written."""
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "config.json"
@@ -59,10 +58,28 @@ def load_shape(name_or_path: str) -> dict[str, Any]:
         raise ValueError(f"{source}: not valid JSON ({err})") from err
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a JSON object")
+    return data
+
+
+def load_shape(name_or_path: str) -> dict[str, Any]:
+    """The config.json dict of a preset name or a path to a config.json (or its folder).
+
+    ``text_config`` of a multimodal config is returned merged over the top level."""
+    data = _read_config(name_or_path)
     inner = data.get("text_config")
     if isinstance(inner, dict):
         data = {**{k: v for k, v in data.items() if k != "text_config"}, **inner}
     return data
+
+
+def architecture(name_or_path: str) -> str | None:
+    """The model's architecture as SGLang reads it: ``architectures[0]`` of the top level
+    (a multimodal config's own, not its text model's); None when unreadable or absent."""
+    try:
+        names = _read_config(name_or_path).get("architectures")
+    except ValueError:
+        return None
+    return str(names[0]) if isinstance(names, list) and names else None
 
 
 def shape_name(name_or_path: str) -> str:

@@ -12,13 +12,18 @@ and shapes are turned off: they make the traces many times larger and are not re
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import requests
 
+from launchers.trace.events import StepSpans
+
 ACTIVITIES = ("CPU", "GPU")
+# SGLang's step spans: ``step[VERIFY bs=N]``, ``step[DRAFT bs=N]``, any ``step[STAGE bs=N ...]``
+STEP_SPANS = StepSpans(re.compile(r"^step\[(?P<stage>[A-Za-z_]+) bs=(?P<bs>\d+)"))
 
 
 class ProfileError(Exception):

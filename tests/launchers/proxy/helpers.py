@@ -10,10 +10,13 @@ from launchers.base import TrialContext
 from launchers.proxy.launcher import ProxyRunning, ProxyWorkload
 from search_spaces.knobs import Value
 
-REQUIRED = ("verify_ms", "verify_p10_ms", "verify_p90_ms", "allreduce_ms", "compute_ms",
-            "allreduce_share", "est_tok_s", "assumed_accept_length", "assumed_draft_ms",
-            "bytes_per_pass", "hbm_floor_ms", "scaled", "per_allreduce_us", "graph", "ranks",
-            "device")
+REQUIRED = ("verify_ms", "verify_p10_ms", "verify_p90_ms", "compute_ms", "exposed_comm_ms",
+            "exposed_comm_share", "exposed_per_allreduce_us", "comm_alone_ms",
+            "comm_alone_per_allreduce_us", "allgather_alone_ms", "est_tok_s",
+            "assumed_accept_length", "assumed_draft_ms", "bytes_per_pass", "hbm_floor_ms",
+            "scaled", "graph", "ranks", "device", "interconnect", "allreduce_path",
+            "allgather_path", "sglang_allreduce_path", "sglang_allgather_path",
+            "allreduce_count", "allgather_count")
 
 
 def run_trial(workload: ProxyWorkload, config: Mapping[str, Value], ctx: TrialContext,

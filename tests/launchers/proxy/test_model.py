@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from launchers.proxy.model import FIT_FRACTION, Geometry, ProxyModel, approximation, fit_layers
+from launchers.proxy.comm.collectives import NoCollectives
+from launchers.proxy.geometry import FIT_FRACTION, Geometry, fit_layers
+from launchers.proxy.model import ProxyModel, approximation
 from launchers.proxy.shapes import Shape, load_shape
 
 
@@ -109,8 +111,35 @@ def test_collectives_and_head_alone_leave_the_logits_alone() -> None:
     kept = logits.clone()
     model.collectives(4)
     model.gather_only()
-    assert model.head(model.x).shape == (6, 1024)
+    assert model.head_pass().shape == (6, 1024)
+    model.forward(NoCollectives())
     assert torch.equal(logits, kept)
+
+
+def test_compute_only_pass_equals_the_pass_with_one_rank() -> None:
+    """One rank: the all-reduces change nothing, so the no-op pass gives the same logits; the
+    no-op gather leaves the gather buffer as it was (nothing communicated)."""
+    geo = geometry("tiny")
+    model = ProxyModel(geo)
+    assert torch.equal(model.forward(), model.forward(NoCollectives()))
+    model.gather_buf.fill_(7.0)
+    model.head_pass(NoCollectives())
+    assert bool((model.gather_buf == 7.0).all())
+
+
+def test_weights_come_from_two_arenas() -> None:
+    """Replicated tensors are the same on every rank, shards differ; each arena is one
+    allocation (its tensors are views of one storage)."""
+    geo = geometry("tiny", ranks=2)
+    a, b = ProxyModel(geo, rank=0, seed=5), ProxyModel(geo, rank=1, seed=5)
+    assert torch.equal(a.x, b.x) and torch.equal(a.layers[0]["a"], b.layers[0]["a"])
+    assert torch.equal(a.layers[1]["router"], b.layers[1]["router"])
+    assert not torch.equal(a.layers[0]["q_b"], b.layers[0]["q_b"])
+    own = {t.untyped_storage().data_ptr() for layer in a.layers for k, t in layer.items()
+           if k not in ("a", "cache", "router")}
+    assert len(own) == 1 and a.head_w.untyped_storage().data_ptr() in own
+    bound = (3.0 / geo.shape.hidden_size) ** 0.5  # fan-in hidden, scale 1
+    assert 0.9 * bound < float(a.layers[0]["gate_up"].abs().max()) <= bound
 
 
 def test_approximation_is_stated() -> None:

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from launchers.proxy.model import Geometry
-from launchers.proxy.shapes import Shape, load_shape, preset_names, reference_key, shape_name
+from launchers.proxy.geometry import Geometry
+from launchers.proxy.shapes import (
+    Shape,
+    architecture,
+    load_shape,
+    preset_names,
+    reference_key,
+    shape_name,
+)
 
 
 def shape(name: str) -> Shape:
@@ -173,3 +180,11 @@ def test_reference_key_changes_with_what_changes_the_output() -> None:
     assert base != reference_key("tiny", config, batch=2, ranks=2, dtype="float32")
     assert base != reference_key("tiny", config, batch=1, ranks=1, dtype="float32")
     assert base != reference_key("tiny", config, batch=1, ranks=2, dtype="bfloat16")
+
+
+def test_architecture_is_the_top_level_one() -> None:
+    """SGLang reads hf_config.architectures[0]: Kimi-K2.5's own, not its text model's."""
+    assert architecture("kimi-k2.5") == "KimiK25ForConditionalGeneration"
+    assert load_shape("kimi-k2.5")["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert architecture("llama-3.1-70b") == "LlamaForCausalLM"
+    assert architecture("no-such-model") is None

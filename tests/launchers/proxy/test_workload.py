@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,11 +15,12 @@ from launchers.failures import FailureKind, TrialFailed
 from launchers.process import LOCALHOST
 from launchers.proxy import launcher
 from launchers.proxy.launcher import ProxyArgs, ProxyWorkload, writes_reference
-from search_spaces.knobs import CATALOGUE
+from launchers.proxy.protocol import STEP_SPANS
+from search_spaces.knobs import CATALOGUE, Group, Knob, KnobKind, Value
 from tests.launchers.proxy.conftest import MakeCtx
 from tests.launchers.proxy.helpers import REQUIRED, run_trial
 
-FAST = {"model": "tiny", "kv_len": 64, "iters_per_round": 3}
+FAST: dict[str, Any] = {"model": "tiny", "kv_len": 64, "iters_per_round": 3}
 
 
 def argv_value(argv: tuple[str, ...], flag: str) -> str:
@@ -28,14 +30,43 @@ def argv_value(argv: tuple[str, ...], flag: str) -> str:
 # ---------------------------------------------------------------- plans
 
 
-def test_supports_env_and_speculative_knobs_only() -> None:
+def test_supports_the_knobs_it_models() -> None:
     w = ProxyWorkload()
     supported = {n for n, k in CATALOGUE.items() if w.supports(k)}
     assert {"NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "--speculative-num-draft-tokens",
-            "--speculative-num-steps", "--speculative-eagle-topk"} <= supported
-    assert not supported & {"--disable-custom-all-reduce", "--enable-symm-mem",
-                            "--flashinfer-allreduce-fusion-backend", "--enable-torch-compile"}
+            "--speculative-num-steps", "--speculative-eagle-topk", "--disable-custom-all-reduce",
+            "--enable-torch-symm-mem", "--enable-symm-mem", "--enable-mscclpp",
+            "--flashinfer-allreduce-fusion-backend",
+            "--enforce-disable-flashinfer-allreduce-fusion"} <= supported
+    assert not supported & {"--enable-torch-compile", "--cuda-graph-max-bs-decode",
+                            "--enable-nccl-nvls"}
+    sglang_env = Knob("SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2", KnobKind.ENV, Group.ALLREDUCE,
+                      "", (0, 1), lambda v: None, {})
+    other_env = Knob("SGLANG_SOMETHING_ELSE", KnobKind.ENV, Group.ALLREDUCE, "", (0, 1),
+                     lambda v: None, {})
+    assert w.supports(sglang_env) and not w.supports(other_env)
     assert (w.kind, w.default_metric, w.default_mode) == ("proxy", "est_tok_s", "max")
+
+
+def test_unmodelled_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values whose collectives the proxy cannot run here, each with its reason; values that
+    run (or change nothing here) are not listed."""
+    monkeypatch.setattr(launcher, "_cuda_available", lambda: True)
+    monkeypatch.setattr(launcher.topology, "probe",
+                        lambda ids: launcher.topology.Topology(True, 9))
+    two = ProxyWorkload(ProxyArgs(model="kimi-k2.5", device="cuda", ranks=2))
+    assert two.unmodelled(CATALOGUE["--enable-symm-mem"]).keys() == {True}
+    assert "NCCL symmetric memory" in two.unmodelled(CATALOGUE["--enable-symm-mem"])[True]
+    assert two.unmodelled(CATALOGUE["--enable-mscclpp"]) == {}  # no effect at 2 ranks
+    assert two.unmodelled(CATALOGUE["--disable-custom-all-reduce"]) == {}
+    assert two.unmodelled(CATALOGUE["--flashinfer-allreduce-fusion-backend"]) == {}
+    assert two.unmodelled(CATALOGUE["NCCL_ALGO"]) == {}
+    eight = ProxyWorkload(ProxyArgs(model="kimi-k2.5", device="cuda", ranks=8))
+    assert "MSCCL++" in eight.unmodelled(CATALOGUE["--enable-mscclpp"])[True]
+    refused = Knob("--flashinfer-allreduce-fusion-backend", KnobKind.FLAG, Group.FUSION, "",
+                   ("trtllm", "cutedsl"), lambda v: None, {})
+    assert set(two.unmodelled(refused)) == {"cutedsl"}
+    assert two.unmodelled(CATALOGUE["--speculative-num-steps"]) == {}
 
 
 def test_cpu_plan(make_ctx: MakeCtx) -> None:
@@ -54,6 +85,77 @@ def test_cpu_plan(make_ctx: MakeCtx) -> None:
     assert "--write-reference" not in plan.argv  # an NCCL override never writes it
     assert plan.env == {"NCCL_ALGO": "allreduce:tree"} and plan.unset_env == ("NCCL_BUFFSIZE",)
     assert any("no effect on CPU" in n for n in plan.notes)
+    # tiny is a DeepSeek-V3 shape: SGLang would fuse its all-reduces; CPU runs gloo
+    assert argv_value(plan.argv, "--allreduce-path") == "fusion"
+    assert argv_value(plan.argv, "--allgather-path") == "nccl"
+    assert argv_value(plan.argv, "--interconnect") == "nvlink"
+    assert any(n.startswith("all-reduce (2 per layer") and "SGLang would run fusion" in n
+               for n in plan.notes)
+    assert any("every collective ran gloo" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("config, path", [
+    ({}, "fusion"),
+    ({"--enforce-disable-flashinfer-allreduce-fusion": True}, "custom_ar_1shot"),
+    ({"--enforce-disable-flashinfer-allreduce-fusion": True,
+      "--disable-custom-all-reduce": True}, "nccl"),
+    ({"--enable-symm-mem": True}, "fusion"),
+])
+def test_plan_passes_sglangs_path(config: dict[str, Value], path: str, make_ctx: MakeCtx,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher, "_cuda_available", lambda: True)
+    monkeypatch.setattr(launcher.topology, "probe",
+                        lambda ids: launcher.topology.Topology(True, 9))
+    plan = ProxyWorkload(ProxyArgs(model="kimi-k2.5", layers=2)).plan(
+        config, make_ctx(gpu_ids=("0", "1")))
+    assert argv_value(plan.argv, "--allreduce-path") == path
+    notes = " ".join(plan.notes)
+    assert "the proxy runs: " in notes
+    assert ("fusion is emulated" in notes) is (path == "fusion")
+
+
+def test_pcie_regime(make_ctx: MakeCtx, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pcie: NCCL through host memory, SGLang's rules without NVLink, said in the notes; the
+    regime's own variable does not stop the baseline writing the (separately keyed) reference."""
+    monkeypatch.setattr(launcher, "_cuda_available", lambda: True)
+    monkeypatch.setattr(launcher.topology, "probe",
+                        lambda ids: launcher.topology.Topology(True, 9))
+    ctx = make_ctx(gpu_ids=("0", "1"))
+    args = {"model": "llama-3.1-70b", "layers": 2}
+    pcie = ProxyWorkload(ProxyArgs(**args, interconnect="pcie")).plan({}, ctx)
+    nvlink = ProxyWorkload(ProxyArgs(**args)).plan({}, ctx)
+    assert pcie.env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_DISABLE" not in nvlink.env
+    assert argv_value(pcie.argv, "--interconnect") == "pcie"
+    assert argv_value(nvlink.argv, "--interconnect") == "nvlink"  # auto: NVML says NVLink
+    assert "--write-reference" in pcie.argv and "--write-reference" in nvlink.argv
+    assert argv_value(pcie.argv, "--reference") != argv_value(nvlink.argv, "--reference")
+    assert any("legacy CustomAllreduce 1stage" in n for n in pcie.notes)
+    assert any("CustomAllReduceV2 1shot_push" in n for n in nvlink.notes)
+    assert any("its time is not a PCIe box's" in n for n in pcie.notes)
+    four = ProxyWorkload(ProxyArgs(**args, interconnect="pcie", ranks=4)).plan(
+        {}, make_ctx(gpu_ids=("0", "1", "2", "3")))
+    assert argv_value(four.argv, "--allreduce-path") == "nccl"
+
+
+@pytest.mark.parametrize("config, kind, match", [
+    ({"--enable-symm-mem": True, "--disable-custom-all-reduce": True}, "not_modelled",
+     "NCCL symmetric memory"),
+    ({"--enable-symm-mem": True}, "not_modelled", "all-gather as nccl_symm_mem"),
+    ({"--flashinfer-allreduce-fusion-backend": "cutedsl"}, "invalid_config", "Blackwell"),
+    ({"SGLANG_USE_1STAGE_ALLREDUCE": "perhaps"}, "invalid_config",
+     "SGLANG_USE_1STAGE_ALLREDUCE"),
+])
+def test_preflight_refuses_what_the_proxy_cannot_run(config: dict[str, Value], kind: str,
+                                                     match: str, make_ctx: MakeCtx,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    w = ProxyWorkload(ProxyArgs(**{**FAST, "model": "tiny-dense"}))
+    ctx = make_ctx()
+    for name in [n for n in config if n.startswith("SGLANG_")]:  # inherited, as SGLang reads
+        monkeypatch.setenv(name, str(config.pop(name)))
+    plan = w.plan(config, ctx)
+    with pytest.raises(TrialFailed, match=match) as err:
+        w.preflight(plan, ctx)
+    assert err.value.failure.kind.value == kind
 
 
 def test_baseline_writes_reference(make_ctx: MakeCtx) -> None:
@@ -160,8 +262,11 @@ def test_two_ranks_ready_and_rounds(make_ctx: MakeCtx) -> None:
     for index, m in enumerate(rounds):
         assert set(REQUIRED) <= set(m)
         assert m["round"] == index and m["correctness"] == "pass" and m["rel_err"] == 0.0
-        assert m["verify_ms"] > 0 and m["allreduce_ms"] > 0 and m["est_tok_s"] > 0
-        assert m["allreduce_share"] > 0 and m["scaled"] is False
+        assert m["verify_ms"] > 0 and m["comm_alone_ms"] > 0 and m["est_tok_s"] > 0
+        assert m["compute_ms"] > 0 and m["scaled"] is False
+        assert m["exposed_comm_ms"] == pytest.approx(m["verify_ms"] - m["compute_ms"])
+        assert m["allreduce_path"] == "gloo" and m["allgather_path"] == "gloo"
+        assert m["sglang_allreduce_path"] == "fusion" and m["allreduce_count"] == 8
         assert m["bytes_per_pass"] == info["bytes_per_pass"]
     assert running.effective() == {}  # no NCCL on CPU
     assert (ctx.trial_dir / "proxy.log").exists()
@@ -184,11 +289,14 @@ def test_profile_two_ranks(make_ctx: MakeCtx) -> None:
     assert files == [folder / "rank0.trace.json.gz", folder / "rank1.trace.json.gz"]
     result = trace.read(files)
     assert result.device == "cpu" and result.skipped_steps == 0
-    verify, collectives = result.main("verify"), result.main("allreduce_only")
-    assert verify is not None and collectives is not None
+    assert result == trace.read(files, [STEP_SPANS])  # the proxy's own span names suffice
+    verify, compute = result.main("verify"), result.main("compute_only")
+    collectives = result.main("comm_alone")
+    assert verify is not None and compute is not None and collectives is not None
     assert (verify.ranks, verify.steps) == (2, 2)
     assert verify.communication_ms > 0 and verify.compute_ms > 0
     assert sum(verify.split_ms.values()) == pytest.approx(verify.step_ms)
+    assert compute.split_ms["collective"] == 0  # no-ops: nothing communicated
     assert collectives.split_ms["collective"] > 0.5 * collectives.step_ms
     assert collectives.compute_ms < 0.2 * collectives.step_ms
 
