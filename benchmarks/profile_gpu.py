@@ -49,6 +49,7 @@ def capture(args: argparse.Namespace, experiment: str) -> dict[str, Any]:
     from launchers import trace
     from launchers.base import TrialContext
     from launchers.proxy.launcher import ProxyArgs, ProxyWorkload
+    from launchers.proxy.protocol import STEP_SPANS
 
     workload = ProxyWorkload(ProxyArgs(model=args.model, layers=args.layers, device=args.device,
                                        ranks=args.ranks, iters_per_round=args.iters,
@@ -64,10 +65,10 @@ def capture(args: argparse.Namespace, experiment: str) -> dict[str, Any]:
         files = running.profile(args.steps)
         info = dict(running.info)
     wall = time.monotonic() - began
-    full = trace.read(files)
+    full = trace.read(files, [STEP_SPANS])
     events = trace.load_events(files[0])
-    small = trace.trim(events, steps_per_kind=2)
-    kept = trace.steps_of(small["traceEvents"])
+    small = trace.trim(events, steps_per_kind=2, spans=[STEP_SPANS])
+    kept = trace.steps_of(small["traceEvents"], [STEP_SPANS])
     scale = info["num_hidden_layers"] / info["layers_run"]
     head = measured["head_ms"]
     small["servetune_fixture"] = {

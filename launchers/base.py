@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from launchers.process import LOCALHOST, ServerProcess, check_env_values, marker_value
+from launchers.trace.events import StepSpans
 from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value, expand_config, renderer
 from search_spaces.space import SearchSpace
 
@@ -152,6 +153,8 @@ class Workload(ABC):
     kind: ClassVar[str]
     default_metric: ClassVar[str]
     default_mode: ClassVar[str] = "max"
+    # How the workload's profiles name a step (launchers.trace reads its traces with these).
+    step_spans: ClassVar[tuple[StepSpans, ...]] = ()
     # Env a trial sets only to measure; a production launch (best/launch.sh) leaves it out.
     measurement_env: ClassVar[tuple[str, ...]] = (
         "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "CUDA_VISIBLE_DEVICES")

@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launchers.base import LaunchPlan, TrialContext, Workload
@@ -33,6 +33,7 @@ class Setup:
     objective: Objective
     dropped: list[str] = field(default_factory=list)
     gpus_per_trial: int = 0  # known once Ray is up (run.json keeps it)
+    unmodelled: list[str] = field(default_factory=list)  # values left out: "KNOB=value: why"
 
     @property
     def out_dir(self) -> Path:
@@ -71,13 +72,38 @@ def prepare(spec: ExperimentSpec) -> Setup:
     space = load(spec.space).with_pins(spec.pins)
     supported = {n for n in [*space.domains, *space.pins] if workload.supports(space.knob(n))}
     space, dropped = space.restricted_to(frozenset(supported))
+    space, unmodelled = _drop_unmodelled(space, workload)
     if not space.domains:
         raise SpaceError(f"{spec.space}: the space is empty for the {workload.kind} workload "
                          f"(it does not model: {', '.join(dropped)})")
     metric = spec.metric or workload.default_metric
     mode = spec.mode or workload.default_mode
-    setup = Setup(spec, workload, space, Objective(metric, mode, spec.rounds), dropped)
+    setup = Setup(spec, workload, space, Objective(metric, mode, spec.rounds), dropped,
+                  unmodelled=unmodelled)
     with contextlib.suppress(OSError, ValueError, KeyError):
         setup.gpus_per_trial = int(json.loads((spec.out_dir / RUN_INFO).read_text())
                                    ["gpus_per_trial"])
     return setup
+
+
+def _drop_unmodelled(space: SearchSpace, workload: Workload) -> tuple[SearchSpace, list[str]]:
+    """The values the workload cannot run here leave the space (never silently run as the
+    default): a knob left with only its default leaves the search."""
+    notes: list[str] = []
+    domains = dict(space.domains)
+    for name, values in space.domains.items():
+        why = workload.unmodelled(space.knob(name))
+        gone = [v for v in values if v in why and v is not None]
+        if not gone:
+            continue
+        notes += [f"{name}={v}: {why[v]}" for v in gone]
+        kept = tuple(v for v in values if v not in gone)
+        if len(kept) > 1:
+            domains[name] = kept
+        else:
+            del domains[name]
+    if not notes:
+        return space, notes
+    stages = tuple(replace(s, knobs=tuple(k for k in s.knobs if k in domains))
+                   for s in space.stages)
+    return replace(space, domains=domains, stages=stages), notes

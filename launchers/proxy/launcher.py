@@ -16,7 +16,7 @@ from launchers.process import ServerProcess, port_is_free
 from launchers.proxy import paths as proxy_paths
 from launchers.proxy import topology
 from launchers.proxy.comm import dispatch, settings
-from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE
+from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE, STEP_SPANS
 from launchers.proxy.running import ProxyRunning, nccl_log
 from launchers.proxy.shapes import (
     Shape,
@@ -26,6 +26,7 @@ from launchers.proxy.shapes import (
     reference_key,
     shape_name,
 )
+from launchers.trace.events import StepSpans
 from search_spaces.knobs import SPECULATIVE_KNOBS, Knob, KnobKind, Value
 
 
@@ -58,7 +59,7 @@ class ProxyArgs(WorkloadArgs):
 
     cli_fields: ClassVar[Mapping[str, str]] = {
         "model_config": "model", "layers": "layers", "batch": "batch", "kv_len": "kv_len",
-        "port": "port", "ready_timeout": "ready_timeout"}
+        "port": "port", "ready_timeout": "ready_timeout", "interconnect": "interconnect"}
 
     def build(self) -> ProxyWorkload:
         return ProxyWorkload(self)
@@ -147,6 +148,7 @@ class ProxyWorkload(Workload):
 
     kind: ClassVar[str] = "proxy"
     default_metric: ClassVar[str] = "est_tok_s"
+    step_spans: ClassVar[tuple[StepSpans, ...]] = (STEP_SPANS,)
     default_mode: ClassVar[str] = "max"
 
     def __init__(self, args: ProxyArgs | None = None) -> None:

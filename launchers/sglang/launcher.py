@@ -17,7 +17,9 @@ from launchers.process import ServerProcess, port_is_free
 from launchers.sglang import datasets, levers
 from launchers.sglang import preflight as sglang_parser
 from launchers.sglang.bench import ROUND_KEYS
+from launchers.sglang.profile import STEP_SPANS
 from launchers.sglang.running import SGLangRunning
+from launchers.trace.events import StepSpans
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value, primitive_names
 from search_spaces.space import SearchSpace, UnknownName
 
@@ -188,6 +190,7 @@ class SGLangWorkload(Workload):
 
     kind: ClassVar[str] = "sglang"
     default_metric: ClassVar[str] = "output_throughput"
+    step_spans: ClassVar[tuple[StepSpans, ...]] = (STEP_SPANS,)
     default_mode: ClassVar[str] = "max"
     measurement_env: ClassVar[tuple[str, ...]] = (
         *Workload.measurement_env,

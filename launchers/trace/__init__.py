@@ -42,7 +42,6 @@ from launchers.trace.events import (
     TraceError,
     classify_cpu_op,
     classify_kernel,
-    default_spans,
     load_events,
     step_kind,
 )
@@ -52,5 +51,5 @@ from launchers.trace.summary import Breakdown, Summary, combine, read, summarize
 
 __all__ = ["CLASSES", "COMMUNICATION", "CUSTOM_ALLREDUCE", "LABELS", "OTHER", "Breakdown",
            "Step", "StepSpans", "Summary", "TraceError", "classify_cpu_op", "classify_kernel",
-           "combine", "default_spans", "load_events", "read", "step_kind", "steps_of",
+           "combine", "load_events", "read", "step_kind", "steps_of",
            "summarize", "trim"]

@@ -54,17 +54,10 @@ class StepSpans:
         return m.group("stage").lower(), int(bs) if bs is not None else None
 
 
-def default_spans() -> tuple[StepSpans, ...]:
-    """Both workloads' step spans, for a caller that does not know which workload wrote the
-    trace (imported here lazily: the workloads own the names)."""
-    from launchers.proxy.protocol import STEP_SPANS as PROXY
-    from launchers.sglang.profile import STEP_SPANS as SGLANG
-
-    return (SGLANG, PROXY)
-
-
 def resolve(spans: Sequence[StepSpans] | None) -> tuple[StepSpans, ...]:
-    return default_spans() if spans is None else tuple(spans)
+    """The step spans to look for: the ones the workload that wrote the trace declares
+    (``Workload.step_spans``); none given, no span is a step."""
+    return () if spans is None else tuple(spans)
 
 
 def load_events(path: Path) -> list[dict[str, Any]]:

@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 
 from launchers import trace
+from launchers.proxy.protocol import STEP_SPANS as PROXY_SPANS
+from launchers.sglang.profile import STEP_SPANS as SGLANG_SPANS
 
 CPU_PID, THREAD, GPU_PID, STREAM, STREAM2 = 100, 10, 0, 7, 8
+
+
+SPANS = (PROXY_SPANS, SGLANG_SPANS)  # either workload's trace
 
 
 def span(name: str, ts: float, dur: float, tid: int = THREAD) -> dict[str, Any]:
@@ -79,15 +84,15 @@ def test_classes() -> None:
     assert trace.classify_cpu_op("servetune.comm.all_reduce") == "collective"
     assert trace.classify_cpu_op("c10d::allreduce_") == "collective"
     assert trace.classify_cpu_op("aten::mm") == "compute"
-    assert trace.step_kind("step[VERIFY bs=16]") == ("verify", 16)
-    assert trace.step_kind("step[DRAFT bs=2 c_sq=3]") == ("draft", 2)
-    assert trace.step_kind("servetune.verify") == ("verify", None)
-    assert trace.step_kind("servetune.comm.all_reduce") is None
-    assert trace.step_kind("aten::mm") is None
+    assert trace.step_kind("step[VERIFY bs=16]", SPANS) == ("verify", 16)
+    assert trace.step_kind("step[DRAFT bs=2 c_sq=3]", SPANS) == ("draft", 2)
+    assert trace.step_kind("servetune.verify", SPANS) == ("verify", None)
+    assert trace.step_kind("servetune.comm.all_reduce", SPANS) is None
+    assert trace.step_kind("aten::mm", SPANS) is None
 
 
 def test_gpu_steps_split_exactly() -> None:
-    steps = trace.steps_of(gpu_trace())
+    steps = trace.steps_of(gpu_trace(), SPANS)
     assert [(s.kind, s.batch_size) for s in steps] == [
         ("verify", 4), ("draft", 4), ("verify", 4), ("verify", 1)]
     first = steps[0]
@@ -102,7 +107,7 @@ def test_gpu_steps_split_exactly() -> None:
 
 
 def test_summary_means_and_sentence(tmp_path: Path) -> None:
-    result = trace.read([write(tmp_path / "rank0.json", gpu_trace())])
+    result = trace.read([write(tmp_path / "rank0.json", gpu_trace())], SPANS)
     assert result.device == "gpu" and result.skipped_steps == 1  # the DECODE span
     verify = result.main("verify")
     assert verify is not None and (verify.batch_size, verify.steps) == (4, 2)  # not bs=1
@@ -128,7 +133,7 @@ def test_ranks_are_averaged_and_gzip_read(tmp_path: Path) -> None:
     slow = [dict(e, dur=e["dur"] * 2) if e.get("cat") == "kernel" and e["ts"] == 3100 else e
             for e in gpu_trace()]
     result = trace.read([write(tmp_path / "rank0.json.gz", gpu_trace(), gz=True),
-                         write(tmp_path / "rank1.json", slow)])
+                         write(tmp_path / "rank1.json", slow)], SPANS)
     verify = result.main("verify")
     assert verify is not None and verify.ranks == 2
     assert verify.step_ms_by_rank == pytest.approx([0.65, 0.9])
@@ -142,7 +147,7 @@ def test_gpu_user_annotation_window_without_links() -> None:
                "pid": GPU_PID, "tid": STREAM, "ts": 100, "dur": 300},
               kernel("gemm", 100, 200, None), kernel("ncclDevKernel_AllReduce", 300, 50, None),
               kernel("after_the_step", 500, 50, None)]
-    (step,) = trace.steps_of(events)
+    (step,) = trace.steps_of(events, SPANS)
     assert step.step_us == 300
     assert step.split_us == {"collective": 50, "custom_allreduce": 0, "compute": 200,
                              "memcpy": 0, "gap": 50}
@@ -162,7 +167,7 @@ def test_cpu_trace_uses_top_level_operators() -> None:
                "ts": 700, "dur": 100},
               {"ph": "X", "cat": "cpu_op", "name": "other_thread", "pid": CPU_PID, "tid": 99,
                "ts": 100, "dur": 800}]
-    (step,) = trace.steps_of(events)
+    (step,) = trace.steps_of(events, SPANS)
     assert step.step_us == 1000
     assert step.split_us == {"collective": 200, "custom_allreduce": 0, "compute": 400,
                              "memcpy": 0, "gap": 400}
@@ -175,10 +180,10 @@ def test_trim_keeps_what_the_parser_reads() -> None:
         kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 6100, 250, 6),
         {"ph": "X", "cat": "python_function", "name": "noise", "pid": CPU_PID, "tid": THREAD,
          "ts": 6002, "dur": 1, "args": {"Python id": 5}}]
-    small = trace.trim(events, steps_per_kind=2)
-    assert small == trace.trim(list(reversed(events)), steps_per_kind=2)  # deterministic
-    kept = trace.steps_of(small["traceEvents"])
-    full = {s.start_us: s for s in trace.steps_of(events)}
+    small = trace.trim(events, steps_per_kind=2, spans=SPANS)
+    assert small == trace.trim(list(reversed(events)), steps_per_kind=2, spans=SPANS)
+    kept = trace.steps_of(small["traceEvents"], SPANS)
+    full = {s.start_us: s for s in trace.steps_of(events, SPANS)}
     # the first verify step is left out; the next two verify steps are kept, as measured
     assert [s.start_us for s in kept if s.kind == "verify"] == [3100, 4100]
     for s in kept:
@@ -191,7 +196,7 @@ def test_unreadable_trace(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(trace.TraceError, match="not a readable Chrome trace"):
-        trace.read([bad])
+        trace.read([bad], SPANS)
     (tmp_path / "list.json").write_text(json.dumps({"traceEvents": 5}))
     with pytest.raises(trace.TraceError, match="no traceEvents"):
         trace.load_events(tmp_path / "list.json")

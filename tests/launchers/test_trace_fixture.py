@@ -19,9 +19,13 @@ import pytest
 
 from launchers import trace
 from launchers.process import marked_processes
+from launchers.proxy.protocol import STEP_SPANS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "proxy_trace_h200.json.gz"
 ROOT = Path(__file__).resolve().parents[2]
+
+
+SPANS = (STEP_SPANS,)
 
 
 def meta_of(path: Path) -> dict[str, Any]:
@@ -33,14 +37,14 @@ def check(path: Path, device: str) -> trace.Summary:
     """What holds for any fixture the script writes."""
     assert path.stat().st_size < 200_000
     meta = meta_of(path)
-    result = trace.read([path])
+    result = trace.read([path], SPANS)
     verify = result.main("verify")
     assert result.device == device and verify is not None, result.to_json()
     assert verify.steps == 2 and verify.ranks == 1  # rank 0's file, 2 steps kept
     assert sum(verify.split_ms.values()) == pytest.approx(verify.step_ms)
     assert verify.compute_ms > 0 and verify.top_kernels
     # the kept steps split as they did when the script wrote them (a parser change shows here)
-    steps = trace.steps_of(trace.load_events(path))
+    steps = trace.steps_of(trace.load_events(path), SPANS)
     assert len(steps) == len(meta["kept_steps"])
     for got, want in zip(steps, meta["kept_steps"], strict=True):
         assert got.kind == want["kind"] and got.step_us == pytest.approx(want["step_us"])

@@ -19,6 +19,8 @@ from launchers.sglang import profile
 from tests.fakes.http_stub import serve
 from tests.launchers.test_trace import gpu_trace
 
+SPANS = (profile.STEP_SPANS,)
+
 
 class FakeProfiler:
     """What the server saw, and how it behaves: ``auto_stop`` writes the traces at
@@ -87,7 +89,7 @@ def test_capture_reads_back(server: tuple[str, FakeProfiler], tmp_path: Path) ->
                         "activities": ["CPU", "GPU"], "with_stack": False,
                         "record_shapes": False, "profile_id": "pid-1"}
     assert [c[0] for c in state.calls] == ["/start_profile", "/stop_profile"]
-    result = trace.read(files)
+    result = trace.read(files, SPANS)
     verify = result.main("verify")
     assert verify is not None and verify.ranks == 2 and verify.step_ms == pytest.approx(0.65)
 

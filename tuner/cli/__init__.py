@@ -89,6 +89,9 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--layers", type=int, help="proxy: run N layers and scale")
     w.add_argument("--batch", type=int, help="proxy: requests in the verify batch")
     w.add_argument("--kv-len", type=int, help="proxy: KV cache length")
+    w.add_argument("--interconnect", choices=["auto", "nvlink", "pcie"],
+                   help="proxy: 'pcie' runs what a PCIe box has on any GPUs "
+                   "(NCCL_P2P_DISABLE=1, SGLang's allreduce rules without NVLink)")
     r = p.add_argument_group("resources")
     r.add_argument("--gpus-per-trial", type=int, help="default: all GPUs of a node")
     r.add_argument("--num-gpus", type=int, help="GPUs to declare to a local Ray")

@@ -124,8 +124,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"{key}={shlex.quote(value)} \\")
         print(" ".join(shlex.quote(a) for a in plan.argv))
         print()
-    if setup.dropped and not args.json:
-        print(f"# not modelled by the {setup.workload.kind} workload: {', '.join(setup.dropped)}")
+    if not args.json:
+        if setup.dropped:
+            print(f"# not modelled by the {setup.workload.kind} workload: "
+                  f"{', '.join(setup.dropped)}")
+        for note in setup.unmodelled:
+            print(f"# not modelled by the {setup.workload.kind} workload, left out: {note}")
     return 0
 
 

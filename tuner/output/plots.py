@@ -22,8 +22,9 @@ OK, STOPPED, FAILED, CONFIRM, REFERENCE, BEST = ("#1f77b4", "#9e9e9e", "#d62728"
 # Where each part of a speculative cycle or a verify pass was measured (column, label).
 SPLITS = (
     ("draft vs verify (SGLang /metrics)", (("verify_ms", "verify"), ("draft_ms", "draft"))),
-    ("compute vs allreduce (proxy)", (("compute_ms", "compute"), ("allreduce_ms", "allreduce"),
-                                      ("assumed_draft_ms", "draft (assumed)"))),
+    ("compute vs exposed communication (proxy)", (
+        ("compute_ms", "compute (measured: collectives as no-ops)"),
+        ("exposed_comm_ms", "exposed communication"), ("assumed_draft_ms", "draft (assumed)"))),
 )
 
 
@@ -247,7 +248,7 @@ def parallel_coordinates(df: pd.DataFrame, metric: str, mode: str, knobs: Sequen
 
 def time_split(df: pd.DataFrame, metric: str, mode: str, path: Path, top: int = 6) -> bool:
     """Stacked bars of the measured parts of a cycle (draft vs verify) or of a verify pass
-    (compute vs allreduce) for the baseline and the best completed trials."""
+    (compute vs exposed communication) for the baseline and the best completed trials."""
     search = _phase(df, "search")
     done = search[(search["status"] == "ok") & search["score"].notna()] if len(search) else search
     split = next(((title, [(c, n) for c, n in parts if c in done and done[c].notna().any()])

@@ -58,6 +58,13 @@ def table_lines(doc: Mapping[str, Any]) -> list[str]:
         draft = e.get("draft")
         if draft:
             sentences.append(f"{e['label']}: {draft['sentence']} per draft step")
+        profiled = e.get("profiled_exposed_ms")
+        if isinstance(profiled, (int, float)):
+            exposed = e.get("measured", {}).get("exposed_comm_ms")
+            against = f" (measured without the profiler: {exposed:.3f} ms)" \
+                if isinstance(exposed, (int, float)) else ""
+            sentences.append(f"{e['label']}: exposed communication {profiled:.3f} ms = verify "
+                             f"step - compute-only step, under the profiler{against}")
     notes = sorted({n for e in entries for n in e.get("notes", []) if "profile" in n})
     return lines + [""] + sentences + [f"note: {n}" for n in notes]
 

@@ -117,6 +117,8 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
     if setup.dropped:
         notes.append(f"not modelled by the {setup.workload.kind} workload, left at default: "
                      f"{', '.join(setup.dropped)}")
+    notes += [f"not modelled by the {setup.workload.kind} workload, left out: {n}"
+              for n in setup.unmodelled]
     counts = ", ".join(f"{v} {k}" for k, v in sorted(df["status"].value_counts().items())) \
         if not df.empty else "no trials"
     spec_text = ((confirm_data or {}).get("speculative") or {}).get("text")
@@ -257,7 +259,7 @@ def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any]
          lambda p: plots.parallel_coordinates(df, metric, mode, knobs, p)),
         (Plot(f"{PLOTS_DIR}/time_split.png", "where the time goes",
               "the measured split of a cycle (draft vs verify) or of a verify pass "
-              "(compute vs allreduce)"),
+              "(compute vs exposed communication)"),
          lambda p: plots.time_split(df, metric, mode, p)),
     ]
     shown = []

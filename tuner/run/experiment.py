@@ -30,6 +30,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
     if setup.dropped:
         echo(f"not modelled by the {setup.workload.kind} workload, left at default: "
              f"{', '.join(setup.dropped)}")
+    for note in setup.unmodelled:
+        echo(f"not modelled by the {setup.workload.kind} workload, left out: {note}")
     # Leftovers of a killed earlier run of this experiment (their owners are dead).
     reaped = process.reap(setup.marker_prefix)
     if reaped:

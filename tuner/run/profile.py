@@ -84,7 +84,7 @@ def profile_config(workload: Workload, target: Target, where: Where, steps: int,
             measured = running.measure(0)
             files = running.profile(steps)
         entry["measured"] = {k: measured[k] for k in MEASURED if k in measured}
-        result = trace.read(files)
+        result = trace.read(files, workload.step_spans)
         entry["traces"] = [os.path.relpath(f, where.out_dir) for f in files]
         entry["device"] = result.device
         entry["skipped_steps"] = result.skipped_steps
@@ -94,6 +94,9 @@ def profile_config(workload: Workload, target: Target, where: Where, steps: int,
         entry["sentence"] = main.sentence() if main is not None else None
         draft = result.main("draft")
         entry["draft"] = draft.to_json() if draft is not None else None
+        compute = result.main("compute_only")  # the proxy: the pass with its collectives no-ops
+        if main is not None and compute is not None:
+            entry["profiled_exposed_ms"] = main.step_ms - compute.step_ms
         if main is None:
             entry["failure"] = {"kind": "no_verify_steps", "message": "no verify step with "
                                 f"work in the traces ({result.skipped_steps} spans without: "

@@ -33,7 +33,7 @@ def _trial(events: list[dict[str, Any]], tid: str, order: int, config: dict[str,
     for i, score in enumerate(scores):
         verify = 1000.0 / score
         events.append({"time": now, "event": "result", "trial_id": tid, "round": i + 1,
-                       "est_tok_s": score, "verify_ms": verify, "allreduce_ms": verify * 0.6,
+                       "est_tok_s": score, "verify_ms": verify, "exposed_comm_ms": verify * 0.6,
                        "compute_ms": verify * 0.4, "nccl_nranks": 2})
     end: dict[str, Any] = {"time": now, "event": "end", "trial_id": tid, "status": "ok"}
     if failure:
@@ -136,7 +136,7 @@ def test_time_split_draws_compute_vs_allreduce_for_the_proxy(stored: Path, tmp_p
     df = build_table(stored, setup.objective, setup.space.baseline())
     assert time_split(df, "est_tok_s", "max", tmp_path / "split.png")
     _check_png(tmp_path / "split.png", min_h=150)
-    no_split = df.drop(columns=["allreduce_ms", "compute_ms"])
+    no_split = df.drop(columns=["exposed_comm_ms", "compute_ms"])
     assert not time_split(no_split, "est_tok_s", "max", tmp_path / "none.png")
 
 
