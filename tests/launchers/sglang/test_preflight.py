@@ -307,7 +307,7 @@ def test_levers_describe_options_and_registry(fake: FakePython) -> None:
     assert options["--disable-cuda-graph"]["deprecated"] is True
     assert {e["name"]: e["type"] for e in answer["env"]} == {
         "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "EnvBool", "SGLANG_PCIE_IPC_MAX_NUMEL": "EnvInt",
-        "SGLANG_OLD_SPELLING": "EnvBool"}
+        "SGLANG_OLD_SPELLING": "EnvBool", "SGLANG_LOG_MS": "EnvBool"}
 
 
 def test_levers_without_sglang_raise(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def test_inherited_multiline_env_passes_unchanged(monkeypatch: pytest.MonkeyPatc
 def test_servers_bind_localhost_by_default(tmp_path: Path) -> None:
     """What each workload would start listens on 127.0.0.1 (the Ray dashboard's address is
     checked by the run test test_dashboard_on_localhost_with_token_auth)."""
-    from launchers.proxy import worker
+    from launchers.proxy import rank
     from launchers.proxy.launcher import ProxyArgs, ProxyWorkload
 
     ctx = TrialContext("e", "t", tmp_path, (), 30001, 0)
@@ -121,4 +121,4 @@ def test_servers_bind_localhost_by_default(tmp_path: Path) -> None:
     assert sglang.host == "127.0.0.1"
     assert sglang.argv[sglang.argv.index("--host") + 1] == "127.0.0.1"
     assert ProxyWorkload(ProxyArgs(device="cpu")).plan({}, ctx).host == "127.0.0.1"
-    assert worker.LOCALHOST == "127.0.0.1"  # the ranks' rendezvous store binds there
+    assert rank.LOCALHOST == "127.0.0.1"  # the ranks' rendezvous store binds there
