@@ -97,8 +97,8 @@ def test_results_and_progress_show_the_phase(confirmed_run: Run) -> None:
                        out, re.MULTILINE)
     assert header, out[-3000:]
     assert re.search(r"^\w{8} +search +done +2/2 +[\d.]+ +[\d.]+ +", out, re.MULTILINE)
-    assert re.search(r"^\w{8} +confirm top 1 1/3 +running +1/2 +[\d.]+ +[\d.]+ +ALGO=", out,
-                     re.MULTILINE)
+    assert re.search(r"^\w{8} +confirm top 1 1/3 +running +1/2 +[\d.]+ +[\d.]+ +\S+=", out,
+                     re.MULTILINE), out[-3000:]
     assert re.search(r"^\w{8} +confirm no speculative +done +2/2 +[\d.]+ +- ", out, re.MULTILINE)
     assert "decision: top " in out and "Speculative decoding pays off here" in out
     assert "TensorBoard: tensorboard --logdir" in out
