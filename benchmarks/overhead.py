@@ -108,7 +108,7 @@ def run_servetune(out_dir: Path, space: str, trials: int, rounds: int, seed: int
         workload=SGLangArgs(model=str(model), server_cmd=list(STAND_IN),
                             speculative_algorithm="EAGLE3", port=0),
         search="random", scheduler="fifo", samples=trials + 1, rounds=rounds, seed=seed,
-        num_gpus=8, dashboard=False, confirm=0)
+        num_gpus=8, confirm=0)  # the defaults otherwise: dashboard on, actors reused
     with contextlib.redirect_stdout(io.StringIO()):  # the per-round progress lines
         experiment.run(spec, echo=lambda line: None)
     return servetune_phases(out_dir)

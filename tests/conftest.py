@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.requirements import unavailable
+
 _TIERS = ("contract", "gpu", "integration", "bench")
 
 
@@ -15,3 +17,10 @@ def _tier(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_tier)  # stable: file order kept within a tier
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@needs(condition, reason)`` (tests/requirements.py): skip off CI, fail on CI."""
+    for mark in item.iter_markers("needs"):
+        if not mark.args[0]:
+            unavailable(str(mark.kwargs.get("reason", "a need of this test is not met")))

@@ -76,9 +76,8 @@ class ExperimentSpec(BaseModel):
     profile: bool = Field(False, description="profile the baseline and the chosen config at "
                           "the end of the run (servetune profile)")
     reuse_actors: bool | None = Field(None, description="reuse one Ray actor for many trials "
-                                      "(saves seconds a trial, but the dashboard then names "
-                                      "only an actor's first trial); default: reuse unless "
-                                      "the dashboard is on")
+                                      "(saves 1-2 s a trial; each trial is still named in the "
+                                      "dashboard's task list); default: reuse")
 
     @property
     def experiment_dir(self) -> Path:

@@ -23,14 +23,15 @@ from launchers.sglang import levers, preflight
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
 from search_spaces import space as sp
 from search_spaces.knobs import Value
+from tests.requirements import needs, unavailable
 
 INSTALL = ("pip install -r requirements/sglang-parser.txt && "
            "pip install --no-deps sglang==0.5.23")
 
 pytestmark = [
     pytest.mark.contract,
-    pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
-                       reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
+    needs(importlib.util.find_spec("sglang") is not None,
+          reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
 ]
 
 SAMPLES = 12  # as many random configurations as `servetune plan` prints by default
@@ -41,7 +42,7 @@ def report() -> levers.LeverReport:
     try:
         return levers.check_catalogue(sys.executable, experiment="contract")
     except preflight.SGLangUnavailable as err:
-        pytest.skip(f"{err} ({INSTALL})")
+        unavailable(f"{err} ({INSTALL})")
 
 
 def test_no_catalogue_entry_is_missing_from_sglang(report: levers.LeverReport) -> None:

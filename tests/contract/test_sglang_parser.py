@@ -22,14 +22,15 @@ from launchers.base import knob_argv
 from launchers.sglang.preflight import ParserCheck, PreflightResult, python_for
 from search_spaces.knobs import CATALOGUE, Knob, KnobKind
 from search_spaces.space import SearchSpace, load_preset, preset_names
+from tests.requirements import needs, unavailable
 
 INSTALL = ("pip install -r requirements/sglang-parser.txt && "
            "pip install --no-deps sglang==0.5.23")
 
 pytestmark = [
     pytest.mark.contract,
-    pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
-                       reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
+    needs(importlib.util.find_spec("sglang") is not None,
+          reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
 ]
 
 # Representative base arguments, as the sglang workload renders them for a speculative run.
@@ -56,7 +57,7 @@ def sglang_parser() -> argparse.ArgumentParser:
     try:
         from sglang.srt.server_args import ServerArgs
     except Exception as err:  # the import chain needs more than sglang itself
-        pytest.skip(f"SGLang is not importable with {sys.executable}: "
+        unavailable(f"SGLang is not importable with {sys.executable}: "
                     f"{type(err).__name__}: {err} ({INSTALL})")
     parser = _Parser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
@@ -159,7 +160,7 @@ def test_deprecated_flag_parses_with_a_warning(checker: ParserCheck) -> None:
 def test_console_script_interpreter_runs_the_preflight(checker: ParserCheck) -> None:
     script = Path(sys.executable).parent / "sglang"
     if not script.exists():
-        pytest.skip(f"no sglang console script beside {sys.executable}")
+        unavailable(f"no sglang console script beside {sys.executable}")
     python = python_for([str(script), "serve"])
     assert python is not None
     assert checker.check_argv(BASE, python=python).ok is True

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.fakes import sglang_cli, sglang_server
+from tests.requirements import unavailable
 
 INSTALL = ("pip install -r requirements/sglang-parser.txt && "
            "pip install --no-deps sglang==0.5.23")
@@ -74,11 +75,11 @@ def test_a_catalogue_that_drifted_from_sglang_is_caught(capsys: pytest.CaptureFi
 @pytest.mark.contract
 def test_fixture_matches_the_installed_sglang() -> None:
     if importlib.util.find_spec("sglang") is None:
-        pytest.skip(f"SGLang is not installed with {sys.executable} ({INSTALL})")
+        unavailable(f"SGLang is not installed with {sys.executable} ({INSTALL})")
     try:
         live = sglang_cli.capture_live()
     except Exception as err:  # the import chain needs more than sglang itself
-        pytest.skip(f"SGLang's parser is not importable with {sys.executable}: "
+        unavailable(f"SGLang's parser is not importable with {sys.executable}: "
                     f"{type(err).__name__}: {err} ({INSTALL})")
     fixture = sglang_cli.load_fixture()
     regenerate = "regenerate it: python -m tests.fakes.sglang_cli"

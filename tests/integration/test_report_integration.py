@@ -14,6 +14,7 @@ from PIL import Image
 
 from tests.integration.conftest import Run
 from tests.integration.headless_browser import chromium_binary, load_page
+from tests.requirements import needs
 
 pytestmark = pytest.mark.integration
 
@@ -50,8 +51,8 @@ def test_report_writes_the_html_and_every_plot(reported: Run) -> None:
         assert heading in md
 
 
-@pytest.mark.skipif(chromium_binary() is None,
-                    reason="Chromium is not installed (`apt-get install chromium`; .ci/run does)")
+@needs(chromium_binary() is not None,
+       reason="Chromium is not installed (`apt-get install chromium`; .ci/run does)")
 def test_report_loads_in_headless_chromium(reported: Run, tmp_path: Path) -> None:
     page = load_page(reported.exp.out / "report.html")
     assert page.errors == [], page.errors

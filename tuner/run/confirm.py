@@ -55,7 +55,7 @@ def run_points(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float
         name=name, storage=out, trainable=make_trainable(setup, spec, resources),
         objective=objective, search_alg=ConcurrencyLimiter(searcher, max_concurrent=slots),
         scheduler=FIFOScheduler(), num_samples=len(points), callbacks=[recorder],
-        reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors, spec.dashboard)))
+        reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors)))
     interrupted = outcome.interrupted or outcome.trials < len(points)
     return Batch(dict(searcher.assigned), interrupted)
 

@@ -2,9 +2,12 @@
 
 Ray 2.60 turns a function trainable into a class called ``ImplicitFunc``, and that class
 name is what the dashboard lists for every trial actor. ``named_trainable`` gives the class
-the name ``servetune_trial`` and a ``repr`` that names the experiment and the trial; Ray
-reads an actor's repr once, when the actor starts, and shows it as its "Repr" (the state
-API's ``repr_name``). A reused actor (``reuse_actors``) keeps the first trial's repr.
+the name ``servetune_trial`` and a ``repr`` naming the experiment and the actor's first trial
+(Ray reads an actor's repr once, when the actor starts: the state API's ``repr_name``).
+
+Trial actors are reused (a fresh actor costs ~1-2 s a trial), so the repr cannot name every
+trial: each trial instead starts a task named ``servetune_trial <experiment>/<trial id>``
+(no resources, returns at once), which the dashboard's task list keeps (``list_tasks``).
 """
 
 from __future__ import annotations
@@ -97,7 +100,31 @@ def list_actors(base_url: str, token: str | None, timeout: float = 5.0) -> list[
     return [r for r in rows if isinstance(r, dict)]
 
 
-def reuse_actors(reuse: bool | None, dashboard: bool) -> bool:
-    """Whether Tune reuses trial actors: as asked, else only when no dashboard is watching
-    (a reused actor's repr keeps naming its first trial)."""
-    return (not dashboard) if reuse is None else reuse
+def list_tasks(base_url: str, token: str | None, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """Tasks through the dashboard's state API (their ``name``: a trial's marker task)."""
+    data = get_json(f"{base_url.rstrip('/')}/api/v0/tasks?detail=1&limit=10000", token, timeout)
+    result = data.get("data", {}).get("result", {})
+    rows = result.get("result", []) if isinstance(result, dict) else result
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def trial_task_name(experiment: str, trial_id: str) -> str:
+    return f"{TRAINABLE_NAME} {experiment}/{trial_id}"
+
+
+def _trial_started() -> None:
+    """The body of a trial's marker task: nothing; its name is the point."""
+
+
+def name_trial(experiment: str, trial_id: str) -> None:
+    """Start the trial's marker task (no CPU: it never waits for the trial's own bundle)."""
+    import ray
+
+    marker = ray.remote(num_cpus=0, max_retries=0)(_trial_started)
+    marker.options(name=trial_task_name(experiment, trial_id)).remote()
+
+
+def reuse_actors(reuse: bool | None) -> bool:
+    """Whether Tune reuses trial actors: as asked, else yes (trials stay findable by name
+    through their marker tasks)."""
+    return True if reuse is None else reuse

@@ -70,7 +70,7 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
             search_alg=stack.search_alg, scheduler=build_scheduler(spec.scheduler,
                                                                    setup.objective),
             num_samples=stack.num_samples, callbacks=[recorder], reporter=reporter,
-            reuse_actors=reuse_actors(spec.reuse_actors, spec.dashboard)), resume=resume)
+            reuse_actors=reuse_actors(spec.reuse_actors)), resume=resume)
         interrupted = outcome.interrupted
         confirmed = None
         if not interrupted:  # the confirm stage and the speculative reference

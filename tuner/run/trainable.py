@@ -12,7 +12,7 @@ from typing import Any
 
 from launchers import process
 from launchers.base import TrialContext
-from tuner.run.dashboard import named_trainable
+from tuner.run.dashboard import name_trial, named_trainable
 from tuner.run.lifecycle import Limits
 from tuner.setup import Setup, prepare
 from tuner.spec import ExperimentSpec
@@ -36,7 +36,7 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
                        tuple(str(g) for g in ray.get_gpu_ids()),
                        resolve_port(spec.workload.port), spec.seed)
     node_id = ray.get_runtime_context().get_node_id()
-
+    name_trial(spec.name, trial_id)  # findable in the dashboard's task list
     def report(metrics: dict[str, Any]) -> None:
         # Which node ran the trial (nodes of one host share an IP): a column of results.csv.
         tune.report({**metrics, "node_id": node_id})

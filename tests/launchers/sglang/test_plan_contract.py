@@ -15,14 +15,15 @@ import pytest
 from launchers.base import TrialContext
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
 from search_spaces.knobs import CATALOGUE, Group, Knob, KnobKind, Value
+from tests.requirements import needs, unavailable
 
 INSTALL = ("pip install -r requirements/sglang-parser.txt && "
            "pip install --no-deps sglang==0.5.23")
 
 pytestmark = [
     pytest.mark.contract,
-    pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
-                       reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
+    needs(importlib.util.find_spec("sglang") is not None,
+          reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
 ]
 
 
@@ -40,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     try:
         from sglang.srt.server_args import ServerArgs
     except Exception as err:  # the import chain needs more than sglang itself
-        pytest.skip(f"SGLang is not importable with {sys.executable}: "
+        unavailable(f"SGLang is not importable with {sys.executable}: "
                     f"{type(err).__name__}: {err} ({INSTALL})")
     p = _Parser(prog="sglang serve")
     ServerArgs.add_cli_args(p)
