@@ -68,6 +68,8 @@ class ExperimentSpec(BaseModel):
     screen: Literal["proxy"] | None = Field(None, description="screen the NCCL part of the "
                                             "space on the proxy first (sglang workload)")
     screen_top: int = Field(3, ge=1)
+    screen_spread: int = Field(2, ge=0, description="promoted settings from the middle and "
+                               "bottom of the proxy's ranking, for the correlation")
     screen_samples: int | None = Field(None, ge=1)
     screen_model: str | None = Field(None, description="proxy shape for the screen; default: "
                                      "the model folder's config.json")

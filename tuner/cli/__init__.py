@@ -54,7 +54,11 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--screen", choices=["proxy"],
                    help="sglang: screen the NCCL knobs on the proxy first, then run the top "
                    "--screen-top settings as server trials")
-    g.add_argument("--screen-top", type=int, default=3)
+    g.add_argument("--screen-top", type=int, default=3,
+                   help="the proxy's best settings promoted to server trials")
+    g.add_argument("--screen-spread", type=int, default=2,
+                   help="more promoted settings from the middle and bottom of the proxy's "
+                   "ranking, so that the proxy-vs-server correlation covers the ranking")
     g.add_argument("--screen-samples", type=int, help="proxy trials in the screen")
     g.add_argument("--no-failure-aware", action="store_true",
                    help="do not avoid values that failed the same way twice")

@@ -217,6 +217,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         "dashboard": not args.no_dashboard, "confirm": args.confirm,
         **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),
         "confirm_top": args.confirm_top, "screen": args.screen, "screen_top": args.screen_top,
+        "screen_spread": args.screen_spread,
         "screen_samples": args.screen_samples, "profile": bool(getattr(args, "profile", False)),
         "screen_model": _CONVERT["model_config"](args.model_config, base)
         if args.screen and args.model_config else None,

@@ -5,6 +5,7 @@ well the proxy's ranking held up on the server (Spearman rank correlation)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,32 +58,55 @@ def env_part(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k in knobs.CATALOGUE and screened(knobs.CATALOGUE[k])}
 
 
-def top_settings(table: pd.DataFrame, out_dir: Path, k: int, mode: str) -> list[dict[str, Any]]:
-    """The k best screened NCCL settings (completed trials, baseline excluded)."""
+def ranking(table: pd.DataFrame, out_dir: Path, mode: str) -> list[dict[str, Any]]:
+    """The screened NCCL settings, best first (completed trials, baseline excluded, each
+    setting once)."""
     if table.empty:
         return []
     done = table[(table["status"] == "ok") & ~table["baseline"] & table["score"].notna()]
     done = done.sort_values("score", ascending=mode == "min")
     launched = configs(out_dir)
-    picked: list[dict[str, Any]] = []
+    ranked: list[dict[str, Any]] = []
     for tid in done["trial_id"]:
         env = env_part(launched[tid])
-        if env not in picked:
-            picked.append(env)
-        if len(picked) == k:
-            break
+        if env not in ranked:
+            ranked.append(env)
+    return ranked
+
+
+def promoted(ranked: list[dict[str, Any]], top: int, spread: int
+             ) -> list[tuple[str, dict[str, Any]]]:
+    """The ``top`` best settings (the candidates), then ``spread`` more at evenly spaced
+    ranks down to the worst (the middle and the bottom of the proxy's ranking), so that the
+    proxy-vs-server correlation is measured over the whole ranking, not its top alone."""
+    picked = [("top", s) for s in ranked[:top]]
+    rest = ranked[top:]
+    if spread and rest:
+        ranks = sorted({round(j * (len(rest) - 1) / spread) for j in range(1, spread + 1)})
+        picked += [("spread", rest[r]) for r in ranks]
     return picked
 
 
+def spearman_interval(rho: float, n: int, z: float = 1.959964) -> tuple[float, float] | None:
+    """95% interval of a Spearman correlation over n pairs: Fisher's z with the standard
+    error 1.03 / sqrt(n - 3) (Fieller, Hartley and Pearson, 1957); None below 4 pairs."""
+    if n < 4 or not -1.0 < rho < 1.0:
+        return None if n < 4 else (rho, rho)
+    center, half = math.atanh(rho), z * 1.03 / math.sqrt(n - 3)
+    return math.tanh(center - half), math.tanh(center + half)
+
+
 def rank_correlation(screen_dir: Path, screen_table: pd.DataFrame, server_dir: Path,
-                     server_table: pd.DataFrame) -> dict[str, Any]:
-    """Proxy score vs server score for the settings both measured."""
+                     server_table: pd.DataFrame,
+                     roles: dict[str, str] | None = None) -> dict[str, Any]:
+    """Proxy score vs server score for the settings both measured: Spearman's rho, its n
+    and its 95% interval."""
     def keyed(out_dir: Path, table: pd.DataFrame) -> dict[str, float]:
         launched = configs(out_dir)
         if "phase" in table:  # search trials only: not the confirm repeats or the reference
             table = table[table["phase"].fillna("search") == "search"]
         rows = table[(table["status"] == "ok") & table["score"].notna()]
-        return {json.dumps(env_part(launched[t]), sort_keys=True, default=str): float(s)
+        return {_key(env_part(launched[t])): float(s)
                 for t, s in zip(rows["trial_id"], rows["score"], strict=True)}
 
     proxy, server = keyed(screen_dir, screen_table), keyed(server_dir, server_table)
@@ -92,8 +116,17 @@ def rank_correlation(screen_dir: Path, screen_table: pd.DataFrame, server_dir: P
     # Spearman = Pearson on ranks (pandas' own spearman needs scipy).
     rho = float(pairs["proxy"].rank().corr(pairs["server"].rank())) if len(pairs) >= 3 \
         else None
+    interval = spearman_interval(rho, len(pairs)) if rho is not None and rho == rho else None
     return {"settings": [json.loads(k) for k in common], "proxy": pairs["proxy"].tolist(),
-            "server": pairs["server"].tolist(), "spearman": rho}
+            "server": pairs["server"].tolist(),
+            "roles": [(roles or {}).get(k, "baseline" if not json.loads(k) else "other")
+                      for k in common],
+            "n": len(pairs), "spearman": rho,
+            "interval": list(interval) if interval is not None else None}
+
+
+def _key(env: dict[str, Any]) -> str:
+    return json.dumps(env, sort_keys=True, default=str)
 
 
 def run_screened(spec: ExperimentSpec, *, resume: bool = False,
@@ -103,17 +136,29 @@ def run_screened(spec: ExperimentSpec, *, resume: bool = False,
          f"then the top {spec.screen_top} on the server")
     screen = run(first, resume=resume and started(first.out_dir), echo=echo)
     setup = prepare(first)
-    top = top_settings(screen.table, first.out_dir, spec.screen_top, setup.objective.mode)
-    if not top:
+    ranked = ranking(screen.table, first.out_dir, setup.objective.mode)
+    picked = promoted(ranked, spec.screen_top, spec.screen_spread)
+    if not picked:
         echo("screen: no proxy trial completed: nothing to promote to the server")
-    echo(f"screen: promoting {len(top)} settings to full server trials")
+    spread = sum(1 for role, _ in picked if role == "spread")
+    echo(f"screen: promoting {len(picked)} settings to full server trials: the proxy's top "
+         f"{len(picked) - spread} and {spread} from the middle and bottom of its ranking "
+         f"({len(ranked)} settings)")
     # Every promoted setting runs all its rounds: early stopping would leave the ranking
     # comparison with partial scores.
-    server = run(spec.model_copy(update={"points": top, "scheduler": "fifo"}), resume=resume,
-                 echo=echo)
-    corr = rank_correlation(first.out_dir, screen.table, spec.out_dir, server.table)
+    server = run(spec.model_copy(update={"points": [s for _, s in picked],
+                                         "scheduler": "fifo"}), resume=resume, echo=echo)
+    corr = rank_correlation(first.out_dir, screen.table, spec.out_dir, server.table,
+                            {_key(s): role for role, s in picked})
     write_json(spec.out_dir / SCREEN_JSON, corr)
-    rho = corr["spearman"]
-    echo(f"screen: proxy vs server ranking over {len(corr['settings'])} settings: "
-         + (f"Spearman {rho:.2f}" if rho is not None else "too few settings for a correlation"))
+    echo("screen: " + correlation_text(corr))
     return server
+
+
+def correlation_text(corr: dict[str, Any]) -> str:
+    rho, n, interval = corr["spearman"], corr["n"], corr.get("interval")
+    if rho is None:
+        return f"proxy vs server ranking over {n} settings: too few for a correlation"
+    ci = f", 95% interval [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else \
+        " (no interval below 4 settings)"
+    return f"proxy vs server ranking: Spearman {rho:.2f} over n={n} settings{ci}"
