@@ -60,19 +60,36 @@ class StagedSearcher(OwnSpaceSearcher):
     def suggest(self, trial_id: str) -> Config | None:
         if self.stage_index == -1 and not self.stage_of:
             return self._launch(trial_id, self.space.baseline())
+        repeats = 0
         while True:
             if self.stage_index >= 0 and self.used < self.budgets[self.stage_index]:
                 assert self.inner is not None
-                suggestion = self.inner.suggest(trial_id)
+                inner_id = trial_id if not repeats else f"{trial_id}~w{repeats}"
+                suggestion = self.inner.suggest(inner_id)
                 if suggestion is None:
                     return None
                 if suggestion != Searcher.FINISHED:
+                    config = {**self.winners, **suggestion}
+                    if config == self.winners:  # the winner so far: measured, not relaunched
+                        self._answer_with_winner(inner_id)
+                        repeats += 1
+                        continue
                     self.used += 1
-                    return self._launch(trial_id, {**self.winners, **suggestion})
+                    return self._launch(trial_id, config)
             if self.live:
                 return None  # the stage's winner is not known yet
             if not self._advance():
                 return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _answer_with_winner(self, inner_id: str) -> None:
+        """Tell the stage's searcher what its stage's own starting point (the earlier stages'
+        winner) measured, without a launch or a sample of the stage's budget."""
+        assert self.inner is not None
+        values = self.values.get(self.winner_trial or "")
+        if values and self.metric:
+            self.inner.on_trial_complete(inner_id, result={self.metric: sum(values) / len(values)})
+        else:
+            self.inner.on_trial_complete(inner_id, error=True)
 
     def _launch(self, trial_id: str, config: Config) -> Config:
         self.live.add(trial_id)
