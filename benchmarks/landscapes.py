@@ -52,7 +52,7 @@ class Landscape:
         """The metric of every valid point that does not crash."""
         return [v for point in valid_points(self.space) if (v := self.evaluate(point)) is not None]
 
-    @property
+    @cached_property
     def valid(self) -> int:
         return sum(1 for _ in valid_points(self.space))
 

@@ -186,10 +186,11 @@ def header(landscape: Landscape) -> list[str]:
     reach = ("" if staged is None else
              f"; one exact pass of the stages ends at "
              f"{fraction_of_optimum(landscape, staged):.1%} of the optimum")
+    baseline = fraction_of_optimum(landscape, landscape.evaluate(space.baseline()))
     return [f"landscape {landscape.name}: {landscape.about}",
             f"  {space.size} points ({landscape.valid} valid), stages {stages}; optimum "
             f"{landscape.optimum:.6g} {landscape.metric} ({landscape.mode}), "
-            f"{landscape.within} point(s) within 2%{reach}"]
+            f"{landscape.within} point(s) within 2%, the baseline at {baseline:.1%}{reach}"]
 
 
 COLUMNS = (f"  {'strategy':<10} {'first: median [p10, p90]':>25} {'picked: median [p10, p90]':>26}"
