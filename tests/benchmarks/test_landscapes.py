@@ -1,0 +1,177 @@
+"""The search-efficiency landscapes have the shape each one claims, and measured tables load
+as landscapes whose space holds only the measured points."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from benchmarks import landscape_table
+from benchmarks.landscape_table import load_table, table_from_run, write_table
+from benchmarks.landscapes import (
+    Landscape,
+    best_depends_on,
+    load_landscape,
+    valid_points,
+)
+from benchmarks.search_efficiency import nearest_rank, ratio, run_search, spread
+from tuner.spec import ExperimentSpec
+
+DRAFTS = "--speculative-num-draft-tokens"
+
+
+def _reaches_optimum(landscape: Landscape) -> bool:
+    return landscape.close(landscape.staged_pass())
+
+
+@pytest.mark.parametrize("name", ["bench", "separable", "plateau"])
+def test_separable_landscapes_have_no_interaction(name: str) -> None:
+    landscape = load_landscape(name)
+    assert best_depends_on(landscape) == {n: set() for n in landscape.space.domains}
+    assert _reaches_optimum(landscape)  # staged search's assumption holds here
+
+
+def test_thresholds_one_point_and_many() -> None:
+    assert load_landscape("bench").within == 1
+    plateau = load_landscape("plateau")
+    assert plateau.within >= 0.05 * plateau.valid
+
+
+def test_interact_couples_stages_and_traps_one_staged_pass() -> None:
+    landscape = load_landscape("interact")
+    depends = best_depends_on(landscape)
+    assert "NCCL_MAX_NCHANNELS" in depends["NCCL_PROTO"]
+    assert "NCCL_PROTO" in depends["NCCL_MAX_NCHANNELS"]
+    assert "--flashinfer-allreduce-fusion-backend" in depends["NCCL_ALGO"]
+    assert not _reaches_optimum(landscape)
+
+
+def test_wrong_order_last_stage_matters_most_and_sets_the_protocol() -> None:
+    landscape = load_landscape("wrong-order")
+    assert DRAFTS in landscape.space.stages[-1].knobs
+    assert best_depends_on(landscape)["NCCL_PROTO"] == {DRAFTS}
+    best = max(valid_points(landscape.space), key=lambda p: landscape.evaluate(p) or 0.0)
+
+    def effect(name: str) -> float:  # best / worst over the knob's values, the rest optimal
+        values = [landscape.evaluate({**best, name: v}) or 0.0
+                  for v in landscape.space.domains[name]]
+        return max(values) / min(values)
+
+    assert max(landscape.space.domains, key=effect) == DRAFTS
+    assert not _reaches_optimum(landscape)
+
+
+def test_statistics_count_never_reached_as_the_budget() -> None:
+    values = [None, 5, 7, None, 3]
+    assert nearest_rank(values, 10, 0.5) == 7
+    assert spread(values, 10) == "7 [3, >10]"
+    assert ratio([2, 2, 2], [None, None, 8], 10) == "<0.20x"
+    assert ratio([None, None], [4, 4], 10) == ">2.50x"
+
+
+# ---------------------------------------------------------------- measured tables
+
+KNOBS = ["NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE"]
+# a made-up table (test data, not a measurement): a 3 x 3 grid less ring + Simple
+SYNTHETIC = [
+    (["default", "default", "0"], 100.0, 1),
+    (["allreduce:ring", "default", "0"], 101.0, 1),
+    (["allreduce:tree", "default", "0"], 103.0, 1),
+    (["default", "LL", "0"], 102.0, 1),
+    (["default", "Simple", "0"], 99.0, 1),
+    (["allreduce:ring", "LL", "0"], 104.0, 1),
+    (["allreduce:tree", "LL", "0"], 110.0, 2),
+    (["allreduce:tree", "Simple", "0"], 95.0, 1),
+]
+
+
+def _table(tmp_path: Path, rows: list[tuple[list[str], float, int]] = SYNTHETIC,
+           stages: str | None = "allreduce=NCCL_ALGO; proto=NCCL_PROTO") -> Path:
+    path = tmp_path / "synthetic.csv"
+    meta = {"landscape": "synthetic", "metric": "est_tok_s", "mode": "max",
+            **({"stages": stages} if stages else {}), "source": "written by the test"}
+    write_table(path, meta, KNOBS, "est_tok_s", rows)
+    return path
+
+
+def test_table_loads_as_a_landscape_of_its_points(tmp_path: Path) -> None:
+    landscape = load_table(str(_table(tmp_path)))
+    space = landscape.space
+    assert landscape.name == "synthetic" and landscape.metric == "est_tok_s"
+    assert dict(space.pins) == {"NCCL_NVLS_ENABLE": 0}
+    assert [s.name for s in space.stages] == ["allreduce", "proto"]
+    assert space.size == 9 and landscape.valid == 8
+    assert landscape.optimum == 110.0 and landscape.within == 1
+    assert space.validate({"NCCL_ALGO": "allreduce:ring", "NCCL_PROTO": "Simple"})
+    assert not space.validate({"NCCL_ALGO": "allreduce:ring", "NCCL_PROTO": "LL"})
+    assert landscape.evaluate({"NCCL_ALGO": "allreduce:tree", "NCCL_PROTO": "LL"}) == 110.0
+    # a stage's sub-space keeps the rule: with ring pinned, only ring's points are valid
+    stage = space.stage_space(space.stages[1], {**space.baseline(), "NCCL_ALGO": "allreduce:ring"})
+    assert [p["NCCL_PROTO"] for p in valid_points(stage)] == [None, "LL"]
+
+
+def test_table_without_stages_gets_one_stage_per_knob(tmp_path: Path) -> None:
+    landscape = load_table(str(_table(tmp_path, stages=None)))
+    assert [s.knobs for s in landscape.space.stages] == [("NCCL_ALGO",), ("NCCL_PROTO",)]
+
+
+@pytest.mark.parametrize("strategy", ["random", "staged+fa", "optuna"])
+def test_searches_on_a_table_launch_only_measured_points(tmp_path: Path, strategy: str) -> None:
+    landscape = load_table(str(_table(tmp_path)))  # evaluate raises on an unmeasured point
+    run = run_search(landscape, strategy, seed=1, budget=20, rounds=2, noise=0.0,
+                     out_dir=tmp_path)
+    assert run.launched <= 8 and run.first is not None
+
+
+def test_table_needs_the_baseline_and_distinct_rows(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="baseline"):
+        load_table(str(_table(tmp_path, rows=SYNTHETIC[1:])))
+    with pytest.raises(ValueError, match="measured twice"):
+        load_table(str(_table(tmp_path, rows=[*SYNTHETIC, SYNTHETIC[1]])))
+
+
+def _results_csv(folder: Path) -> None:
+    """A results.csv as servetune writes it (the columns that matter here); values invented."""
+    head = ["trial_id", "order", "phase", "variant", "stage", "baseline", "status", "rounds",
+            "score", "NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "est_tok_s", "verify_ms"]
+    rows = [
+        ["a", 0, "search", "", "", True, "ok", 6, 100, "default", "default", 0, 100, 20],
+        ["b", 1, "search", "", "", False, "ok", 6, 104, "allreduce:ring", "LL", 0, 104, 19],
+        ["c", 2, "search", "", "", False, "stopped", 1, 90, "allreduce:ring", "Simple", 0, 90, 22],
+        ["d", 3, "search", "", "", False, "failed", 0, "", "Tree", "default", 0, "", ""],
+        ["e", 4, "confirm", "", "", False, "ok", 6, 102, "allreduce:ring", "LL", 0, 102, 19.5],
+        ["f", 5, "confirm", "", "", True, "ok", 6, 101, "default", "default", 0, 101, 20],
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "results.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([head, *rows])
+
+
+def test_run_folder_becomes_a_table(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _results_csv(run)
+    with (run / "results.csv").open(newline="") as f:
+        names, rows = table_from_run(list(csv.DictReader(f)), "est_tok_s")
+    assert names == KNOBS
+    assert rows == [(["default", "default", "0"], 100.5, 2),
+                    (["allreduce:ring", "LL", "0"], 103.0, 2)]
+
+
+def test_table_command_takes_the_runs_objective_and_stages(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    run = tmp_path / "run"
+    _results_csv(run)
+    ExperimentSpec(name="landscape", out_dir=run, space="verify-campaign").save()
+    out = tmp_path / "tables" / "h.csv"
+    assert landscape_table.main([str(run), "--out", str(out), "--command", "servetune run"]) == 0
+    meta, rows = landscape_table.read_table(out)
+    assert meta["metric"] == "est_tok_s" and meta["mode"] == "max"  # the proxy's objective
+    assert meta["stages"].startswith("allreduce=NCCL_ALGO,NCCL_PROTO; channels=")
+    assert meta["command"] == "servetune run" and meta["landscape"] == "h"
+    assert [r["launches"] for r in rows] == ["2", "2"]
+    assert "2 configurations" in capsys.readouterr().out
+    landscape = load_table(str(out))
+    assert landscape.optimum == pytest.approx(103.0)
