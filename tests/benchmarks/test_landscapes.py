@@ -169,7 +169,7 @@ def test_table_command_takes_the_runs_objective_and_stages(tmp_path: Path,
     assert landscape_table.main([str(run), "--out", str(out), "--command", "servetune run"]) == 0
     meta, rows = landscape_table.read_table(out)
     assert meta["metric"] == "est_tok_s" and meta["mode"] == "max"  # the proxy's objective
-    assert meta["stages"].startswith("allreduce=NCCL_ALGO,NCCL_PROTO; channels=")
+    assert meta["stages"].startswith("allreduce=allreduce-backend,NCCL_ALGO,NCCL_PROTO; channels=")
     assert meta["command"] == "servetune run" and meta["landscape"] == "h"
     assert [r["launches"] for r in rows] == ["2", "2"]
     assert "2 configurations" in capsys.readouterr().out
