@@ -59,7 +59,8 @@ class ProxyArgs(WorkloadArgs):
 
     cli_fields: ClassVar[Mapping[str, str]] = {
         "model_config": "model", "layers": "layers", "batch": "batch", "kv_len": "kv_len",
-        "port": "port", "ready_timeout": "ready_timeout", "interconnect": "interconnect"}
+        "port": "port", "ready_timeout": "ready_timeout", "interconnect": "interconnect",
+        "iters": "iters_per_round"}
 
     def build(self) -> ProxyWorkload:
         return ProxyWorkload(self)

@@ -93,6 +93,8 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--layers", type=int, help="proxy: run N layers and scale")
     w.add_argument("--batch", type=int, help="proxy: requests in the verify batch")
     w.add_argument("--kv-len", type=int, help="proxy: KV cache length")
+    w.add_argument("--iters", type=int, help="proxy: graph replays timed per round (default "
+                   "50 on GPU, 10 on CPU)")
     w.add_argument("--interconnect", choices=["auto", "nvlink", "pcie"],
                    help="proxy: 'pcie' runs what a PCIe box has on any GPUs "
                    "(NCCL_P2P_DISABLE=1, SGLang's allreduce rules without NVLink)")
