@@ -58,7 +58,7 @@ def test_summarize_scales_layers_not_the_head() -> None:
     layer = (m["verify_ms"] - 1.0) / 4
     assert m["assumed_draft_ms"] == pytest.approx(2 * (layer + 1.0))
     assert m["draft_ms_source"].startswith("estimated: 2 steps")
-    assert m["assumed_accept_length"] == 4.0  # at most the draft tokens
+    assert m["est_accept_length"] == 4.0  # at most the draft tokens
 
 
 def test_exposed_can_be_below_zero_and_is_kept() -> None:
