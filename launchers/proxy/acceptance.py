@@ -92,7 +92,7 @@ def rankable(space: SearchSpace, table: Sequence[MeasuredAccept]
                  f"are ranked ({', '.join(sources) or 'given'})")
     allowed = Allowed(SPECULATIVE_KNOBS, frozenset(measured),
                       "no measured accept length for this speculative shape")
-    narrowed = _without(space, set(space.domains) - set(domains))
+    narrowed = _without(replace(space, domains=domains), set(space.domains) - set(domains))
     return replace(narrowed, allowed=(*narrowed.allowed, allowed)), notes
 
 

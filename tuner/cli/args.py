@@ -200,7 +200,7 @@ def int_list(text: str, flag: str) -> list[int]:
 
 def _given(args: argparse.Namespace, dest: str) -> bool:
     value = getattr(args, dest, None)
-    return value not in (None, False, [], "")
+    return value is not None and value is not False and value not in ([], "")  # 0 is given
 
 
 def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
@@ -276,5 +276,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
 def flag_error(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = [str(p) for p in first["loc"] if not str(p).isdigit() and p not in kinds()]
-    flag = "--" + loc[-1].replace("_", "-") if loc else "input"
+    # a workload field is named by its option (objective_concurrency: --decide-at)
+    option = {field: dest for k in kinds() for dest, field in args_model(k).cli_fields.items()}
+    flag = "--" + option.get(loc[-1], loc[-1]).replace("_", "-") if loc else "input"
     return f"{flag}: {first['msg']}"

@@ -59,13 +59,12 @@ def _panel(ax: Axes, df: pd.DataFrame, objective: Objective, latency: str,
     if len(rows) < 2:
         return False
     inside = feasible(rows, level, objective)
-    for mask, color, label in ((inside, WITHIN, "within the limits"),
-                               (~inside, OUTSIDE, "outside the limits")):
+    kept = "within the limits" if objective.limits else "search trials"
+    for mask, color, label in ((inside, WITHIN, kept), (~inside, OUTSIDE, "outside the limits")):
         part = rows[mask]
         if len(part):
-            ax.scatter(part[x_col], part[y_col], s=30, zorder=3,
-                       facecolors=color if color == WITHIN else "none", edgecolors=color,
-                       label=label if objective.limits or color == WITHIN else None)
+            ax.scatter(part[x_col], part[y_col], s=30, zorder=3, label=label,
+                       facecolors=color if color == WITHIN else "none", edgecolors=color)
     ok = rows[inside]
     points = [(float(x), float(y)) for x, y in zip(ok[x_col], ok[y_col], strict=True)]
     on_front = [points[i] for i in front(points, objective.mode)]
