@@ -184,6 +184,17 @@ class Workload(ABC):
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind}
 
+    def metric_names(self) -> frozenset[str] | None:
+        """The numeric names a round reports (None: not known ahead of a run). A limit on a
+        name outside them is bad input."""
+        return None
+
+    def rankable(self, space: SearchSpace) -> tuple[SearchSpace, list[str]]:
+        """``space`` without the knobs this workload cannot rank on its own figures, and
+        why each left (e.g. the proxy without a measured accept length: the speculative
+        shape). Default: the space as it is."""
+        return space, []
+
     def inputs(self, seed: int) -> dict[str, Any] | None:
         """What the workload measures with (e.g. the prompts' dataset), recorded once per
         experiment; raises ValueError when the inputs are unusable (bad input)."""
@@ -243,6 +254,15 @@ class WorkloadArgs(BaseModel):
 
     def tp_ranks(self) -> int | None:
         """Tensor-parallel ranks the args fix (None: every GPU of the trial)."""
+        return None
+
+    def levels(self) -> list[int]:
+        """The concurrency levels each round measures, sorted; with several, every metric
+        is also reported per level as ``<name>_c<level>``. [] for a workload without."""
+        return []
+
+    def decide_level(self) -> int | None:
+        """The level the plain metric names report (the one the search optimises)."""
         return None
 
 

@@ -62,6 +62,24 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class Allowed:
+    """Only these combinations of ``knobs`` may run; ``why`` says why the others may not
+    (e.g. the speculative shapes a workload has a measurement for)."""
+
+    knobs: tuple[str, ...]
+    points: frozenset[tuple[Value, ...]]
+    why: str
+
+    def check(self, config: Mapping[str, Value]) -> str | None:
+        point = tuple(config.get(k) for k in self.knobs)
+        if point in self.points:
+            return None
+        given = ", ".join(f"{k}={'default' if v is None else v}"
+                          for k, v in zip(self.knobs, point, strict=True))
+        return f"{given}: {self.why}"
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     name: str
     domains: Mapping[str, tuple[Value, ...]]  # searched knobs; each domain holds the unset value
@@ -70,6 +88,7 @@ class SearchSpace:
     description: str = ""
     source: str = ""
     open_knobs: Mapping[str, Knob] = field(default_factory=dict)  # declared by the space
+    allowed: tuple[Allowed, ...] = ()  # combinations a workload restricts the space to
 
     # ------------------------------------------------------------ knobs
     def knob(self, name: str) -> Knob:
@@ -101,6 +120,7 @@ class SearchSpace:
         for name, value in self.pins.items():
             if config.get(name, value) != value:
                 reasons.append(f"{name} is pinned to {value!r}, got {config[name]!r}")
+        reasons += [r for a in self.allowed if (r := a.check(config))]
         return reasons
 
     def warnings(self, config: Mapping[str, Value]) -> list[str]:

@@ -20,7 +20,7 @@ PACKAGES = ("tuner", "launchers", "search_spaces")
 RAY_MODULES = frozenset({
     "tuner.run.cluster", "tuner.run.fit", "tuner.run.recorder", "tuner.run.progress",
     "tuner.run.trainable", "tuner.run.dashboard", "tuner.run.experiment", "tuner.run.confirm",
-    "tuner.run.screen", "tuner.search.base", "tuner.search.space_searcher",
+    "tuner.run.screen", "tuner.run.trackers", "tuner.search.base", "tuner.search.space_searcher",
     "tuner.search.filtering", "tuner.search.staged", "tuner.search.fixed", "tuner.search.build",
 })
 # Modules that must work without Ray: reading results, deciding, reporting, one trial.
@@ -118,7 +118,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 # The floors of ARCHITECTURE.md: a module imports only modules of its floor or below
 # (search/ and decide/ share a floor and never import each other).
-FLOORS = (("search_spaces",), ("launchers",), ("tuner.spec", "tuner.setup", "tuner.stats"),
+FLOORS = (("search_spaces",), ("launchers",),
+          ("tuner.spec", "tuner.setup", "tuner.stats", "tuner.limits"),
           ("tuner.output",), ("tuner.search", "tuner.decide"), ("tuner.run",),
           ("tuner.cli", "tuner.__main__"))
 

@@ -73,13 +73,16 @@ def prepare(spec: ExperimentSpec) -> Setup:
     supported = {n for n in [*space.domains, *space.pins] if workload.supports(space.knob(n))}
     space, dropped = space.restricted_to(frozenset(supported))
     space, unmodelled = _drop_unmodelled(space, workload)
+    space, unranked = workload.rankable(space)
+    unmodelled += unranked
     if not space.domains:
         raise SpaceError(f"{spec.space}: the space is empty for the {workload.kind} workload "
-                         f"(it does not model: {', '.join(dropped)})")
+                         f"(it does not model: {', '.join(dropped or unmodelled)})")
     metric = spec.metric or workload.default_metric
     mode = spec.mode or workload.default_mode
-    setup = Setup(spec, workload, space, Objective(metric, mode, spec.rounds), dropped,
-                  unmodelled=unmodelled)
+    objective = Objective(metric, mode, spec.rounds, tuple(spec.limits),
+                          tuple(spec.workload.levels()), spec.workload.decide_level())
+    setup = Setup(spec, workload, space, objective, dropped, unmodelled=unmodelled)
     with contextlib.suppress(OSError, ValueError, KeyError):
         setup.gpus_per_trial = int(json.loads((spec.out_dir / RUN_INFO).read_text())
                                    ["gpus_per_trial"])

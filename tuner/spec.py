@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launchers.registry import AnyWorkloadArgs, default_args
 from search_spaces.knobs import Value
+from tuner.limits import SEARCH_KEY, WORST, Limit, level_column
 
 SPEC_FILE = "servetune.json"
 DEFAULT_PRESET = "verify-campaign"
@@ -24,11 +25,35 @@ DEFAULT_PRESET = "verify-campaign"
 
 @dataclass(frozen=True)
 class Objective:
-    """What a trial is scored on: the mean of ``metric`` over ``rounds`` rounds."""
+    """What a trial is scored on: the mean of ``metric`` over ``rounds`` rounds, within
+    ``limits``. ``levels``: the concurrency levels a round measures (with several, each
+    metric also has a column per level, ``<metric>_c<level>``); the search optimises
+    ``decide_at``'s, under the plain names."""
 
     metric: str
     mode: str  # "max" | "min"
     rounds: int
+    limits: tuple[Limit, ...] = ()
+    levels: tuple[int, ...] = ()
+    decide_at: int | None = None
+
+    @property
+    def search_metric(self) -> str:
+        """What Ray's searcher and scheduler rank: the metric, or with limits the metric
+        while they hold and the worst value once one breaks (tuner.limits)."""
+        return SEARCH_KEY if self.limits else self.metric
+
+    @property
+    def worst(self) -> float:
+        return -WORST if self.mode == "max" else WORST
+
+    @property
+    def per_level(self) -> bool:
+        return len(self.levels) > 1
+
+    def column(self, level: int | None) -> str:
+        """The objective's column at a concurrency level."""
+        return level_column(self.metric, level, self.levels)
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.mode == "max" else a < b
@@ -77,6 +102,12 @@ class ExperimentSpec(BaseModel):
                                            "(after the baseline) instead of searching")
     profile: bool = Field(False, description="profile the baseline and the chosen config at "
                           "the end of the run (servetune profile)")
+    limits: list[Limit] = Field([], description="a trial that breaks one is infeasible: "
+                                "reported with the figure, never chosen")
+    optuna_storage: str | None = Field(None, description="an Optuna storage URL: the study, "
+                                       "named after the experiment, is kept there")
+    callbacks: list[Literal["wandb", "mlflow"]] = Field([], description="Ray Tune's logger "
+                                                         "callbacks for these trackers")
     reuse_actors: bool | None = Field(None, description="reuse one Ray actor for many trials "
                                       "(saves 1-2 s a trial; each trial is still named in the "
                                       "dashboard's task list); default: reuse")

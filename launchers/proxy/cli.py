@@ -43,7 +43,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=50, help="replays timed per round")
     p.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
                    help="time CUDA graph replays (--no-graph: eager)")
-    p.add_argument("--accept-length", type=float, default=3.0, help="assumed, for est_tok_s")
+    p.add_argument("--accept-length", type=float, default=3.0, help="for est_tok_s")
+    p.add_argument("--accept-length-source", choices=["assumed", "measured"], default="assumed",
+                   help="where --accept-length comes from (reported with every round)")
     p.add_argument("--draft-ms", type=float, help="assumed draft time per cycle")
     p.add_argument("--hbm-bandwidth", type=float, help="B/s per GPU for hbm_floor_ms")
     p.add_argument("--port", type=int, default=0, help="rendezvous port (0: a free one)")

@@ -13,8 +13,8 @@ from pydantic import Field
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
+from launchers.proxy import acceptance, topology
 from launchers.proxy import paths as proxy_paths
-from launchers.proxy import topology
 from launchers.proxy.comm import dispatch, settings
 from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE, STEP_SPANS
 from launchers.proxy.running import ProxyRunning, nccl_log
@@ -26,8 +26,10 @@ from launchers.proxy.shapes import (
     reference_key,
     shape_name,
 )
+from launchers.proxy.timing import ROUND_METRICS
 from launchers.trace.events import StepSpans
 from search_spaces.knobs import SPECULATIVE_KNOBS, Knob, KnobKind, Value
+from search_spaces.space import SearchSpace
 
 
 class ProxyArgs(WorkloadArgs):
@@ -46,7 +48,11 @@ class ProxyArgs(WorkloadArgs):
                                         "default 50 on GPU, 10 on CPU (eager and slow)")
     graph: bool = True
     check_correctness: bool = True
-    accept_length: float = Field(3.0, gt=0, description="assumed, for est_tok_s")
+    accept_length: float = Field(3.0, gt=0, description="assumed, for est_tok_s of a shape "
+                                 "with no measured accept length")
+    accept_lengths: list[acceptance.MeasuredAccept] = Field([], description=(
+        "measured accept length per speculative shape (--accept-length-from): the shapes "
+        "the proxy ranks"))
     draft_ms: float | None = Field(None, ge=0, description="assumed draft time per cycle")
     port: int = Field(0, ge=0, le=65535, description="rendezvous port; 0: a free one per trial")
     ready_timeout: float = Field(600.0, gt=0)
@@ -60,7 +66,7 @@ class ProxyArgs(WorkloadArgs):
     cli_fields: ClassVar[Mapping[str, str]] = {
         "model_config": "model", "layers": "layers", "batch": "batch", "kv_len": "kv_len",
         "port": "port", "ready_timeout": "ready_timeout", "interconnect": "interconnect",
-        "iters": "iters_per_round"}
+        "iters": "iters_per_round", "accept_length_from": "accept_lengths"}
 
     def build(self) -> ProxyWorkload:
         return ProxyWorkload(self)
@@ -228,6 +234,8 @@ class ProxyWorkload(Workload):
         steps = config.get("--speculative-num-steps")
         port = ctx.port if ctx.port is not None else (a.port or None)
         folder = ctx.trial_dir.absolute()
+        measured = acceptance.lookup(a.accept_lengths, config)
+        accept = measured.accept_length if measured else a.accept_length
 
         env, unset = knob_env(config)
         reference = writes_reference(env)  # before the regime's own variables
@@ -263,7 +271,9 @@ class ProxyWorkload(Workload):
                 "--allreduce-path", found.allreduce_arg, "--allgather-path", found.allgather.path,
                 "--interconnect", found.interconnect,
                 "--iters", str(a.iters_per_round or (50 if cuda else 10)),
-                "--graph" if a.graph else "--no-graph", "--accept-length", str(a.accept_length),
+                "--graph" if a.graph else "--no-graph", "--accept-length", str(accept),
+                "--accept-length-source",
+                acceptance.MEASURED if measured else acceptance.ASSUMED,
                 "--seed", str(ctx.seed), "--out", str(folder)]
         if layers is not None:
             argv += ["--layers", str(layers)]
@@ -300,6 +310,9 @@ class ProxyWorkload(Workload):
         if not isinstance(drafts, int):
             notes.append(f"draft tokens {draft_tokens} from the proxy's args (the config does "
                          "not set --speculative-num-draft-tokens)")
+        notes.append(f"accept length {accept:g}, measured in {measured.source or 'a server run'}"
+                     if measured else f"accept length {accept:g}, assumed (no measurement for "
+                     "this speculative shape)")
         notes += found.notes
         if a.check_correctness and reference:
             notes.append("no NCCL overrides: writes the correctness reference if none exists")
@@ -354,3 +367,10 @@ class ProxyWorkload(Workload):
 
     def describe(self) -> dict[str, Any]:
         return self.args.model_dump()
+
+    def metric_names(self) -> frozenset[str]:
+        return frozenset([*ROUND_METRICS, "ready_s"])
+
+    def rankable(self, space: SearchSpace) -> tuple[SearchSpace, list[str]]:
+        """Speculative shapes only with a measured accept length (``acceptance``)."""
+        return acceptance.rankable(space, self.args.accept_lengths)

@@ -313,6 +313,7 @@ class Rank:
         samples = {name: item.times_ms(args.iters) for name, item in self.timed.items()}
         if self.rank == 0:
             metrics = summarize(samples, self.geo, accept_length=args.accept_length,
+                                accept_source=args.accept_length_source,
                                 draft_ms=args.draft_ms,
                                 draft_steps=args.draft_steps or max(1, args.draft_tokens - 1),
                                 bandwidth=self.bandwidth)

@@ -38,6 +38,11 @@ from launchers.stats import percentile
 if TYPE_CHECKING:
     import torch
 
+# The numbers a round reports (summarize's keys, besides the texts).
+ROUND_METRICS = ("verify_ms", "verify_p10_ms", "verify_p90_ms", "compute_ms", "exposed_comm_ms",
+                 "exposed_comm_share", "exposed_per_allreduce_us", "comm_alone_ms",
+                 "comm_alone_per_allreduce_us", "allgather_alone_ms", "head_ms", "est_tok_s",
+                 "est_accept_length", "assumed_draft_ms", "bytes_per_pass", "hbm_floor_ms")
 H200_BANDWIDTH = 4.3e12  # B/s per GPU, small-batch matmuls measured here (shared/reference/nccl.md)
 GRAPHS = ("pass", "compute", "head", "compute_head", "allreduce", "allgather")
 
@@ -51,8 +56,11 @@ def p(values: Sequence[float], q: float) -> float:
 
 
 def summarize(samples: Mapping[str, Sequence[float]], geo: Geometry, *, accept_length: float,
-              draft_ms: float | None, draft_steps: int, bandwidth: float) -> dict[str, Any]:
-    """One round's metrics from per-call times in ms of the six graphs (``GRAPHS``)."""
+              draft_ms: float | None, draft_steps: int, bandwidth: float,
+              accept_source: str = "assumed") -> dict[str, Any]:
+    """One round's metrics from per-call times in ms of the six graphs (``GRAPHS``).
+    ``est_accept_length``: the accept length est_tok_s uses (at most the draft tokens), its
+    ``accept_length_source`` "measured" (a server's, for this shape) or "assumed"."""
     layers = geo.shape.num_hidden_layers
     n_allreduce = 2 * layers
     head, compute_head = p(samples["head"], 50), p(samples["compute_head"], 50)
@@ -84,7 +92,8 @@ def summarize(samples: Mapping[str, Sequence[float]], geo: Geometry, *, accept_l
         "allgather_alone_ms": allgather,
         "head_ms": head,
         "est_tok_s": geo.batch * accept / ((verify_ms + draft_ms) / 1000),
-        "assumed_accept_length": accept,
+        "est_accept_length": accept,
+        "accept_length_source": accept_source,
         "assumed_draft_ms": draft_ms,
         "draft_ms_source": source,
         "bytes_per_pass": bytes_full,

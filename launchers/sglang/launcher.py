@@ -19,6 +19,7 @@ from launchers.sglang import preflight as sglang_parser
 from launchers.sglang.bench import ROUND_KEYS
 from launchers.sglang.profile import STEP_SPANS
 from launchers.sglang.running import SGLangRunning
+from launchers.sglang.startup import STARTUP_KEYS
 from launchers.trace.events import StepSpans
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value, primitive_names
 from search_spaces.space import SearchSpace, UnknownName
@@ -51,7 +52,9 @@ class SGLangArgs(WorkloadArgs):
     capture_concurrency: bool = Field(True, description=(
         "capture decode CUDA graphs for the concurrency levels only (--cuda-graph-bs-decode), "
         "unless server_args or the config set the capture sizes"))
-    objective_concurrency: int | None = None
+    objective_concurrency: int | None = Field(None, ge=1, description=(
+        "the level whose metrics carry the plain names, the one the search optimises "
+        "(--decide-at); default: the first of concurrency"))
     requests_per_round: int | None = Field(None, ge=1, description="default: 4 x concurrency")
     warmup_requests: int = Field(2, ge=0)
     request_timeout: float = Field(300.0, gt=0)
@@ -66,7 +69,8 @@ class SGLangArgs(WorkloadArgs):
         "server_cmd": "server_cmd", "port": "port", "ready_timeout": "ready_timeout",
         "input_len": "input_len", "output_len": "output_len", "concurrency": "concurrency",
         "requests_per_round": "requests_per_round", "no_nccl_debug": "nccl_debug",
-        "no_preflight": "preflight", "dataset": "dataset"}
+        "no_preflight": "preflight", "dataset": "dataset",
+        "decide_at": "objective_concurrency"}
     cli_selectors: ClassVar[tuple[str, ...]] = ("model",)
     production_port: ClassVar[int | None] = 30000  # SGLang's own default
 
@@ -103,6 +107,12 @@ class SGLangArgs(WorkloadArgs):
 
     def tp_ranks(self) -> int | None:
         return self.tp
+
+    def levels(self) -> list[int]:
+        return sorted({*self.concurrency, self.decide_level()})
+
+    def decide_level(self) -> int:
+        return self.objective_concurrency or self.concurrency[0]
 
     def without_speculative(self) -> SGLangArgs | None:
         """These args with speculative decoding off (no draft model, no ``--speculative-*``
@@ -351,3 +361,10 @@ class SGLangWorkload(Workload):
 
     def describe(self) -> dict[str, Any]:
         return self.args.model_dump(mode="json")
+
+    def metric_names(self) -> frozenset[str]:
+        """What a round reports: METRIC_KEYS (per level too, with several), the startup
+        split and the time to ready."""
+        levels = self.args.levels()
+        per_level = [f"{k}_c{c}" for k in METRIC_KEYS for c in levels] if len(levels) > 1 else []
+        return frozenset([*METRIC_KEYS, *per_level, *STARTUP_KEYS, "ready_s"])

@@ -18,7 +18,7 @@ from tests.requirements import needs
 
 pytestmark = pytest.mark.integration
 
-PLOTS = ("objective", "confirm", "knobs", "parallel", "time_split")
+PLOTS = ("objective", "confirm", "knobs", "parallel", "time_split", "pareto")
 
 
 @pytest.fixture(scope="module")

@@ -62,6 +62,13 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--screen-samples", type=int, help="proxy trials in the screen")
     g.add_argument("--no-failure-aware", action="store_true",
                    help="do not avoid values that failed the same way twice")
+    g.add_argument("--limit", action="append", default=[], metavar="METRIC<=VALUE",
+                   help='a limit a config must keep to be chosen (repeatable; <=, >=, <, >; '
+                   'any reported metric), e.g. "p99_itl_ms<=30"; checked at every '
+                   "concurrency level on that level's figure")
+    g.add_argument("--optuna-storage", metavar="URL",
+                   help="Optuna searches: keep the study, named after the experiment, in this "
+                   "storage (e.g. sqlite:///runs/optuna.db) for optuna-dashboard and resume")
     w = p.add_argument_group("workload")
     w.add_argument("--workload", choices=kinds(),
                    help="default: sglang when --model is given, else the proxy")
@@ -83,13 +90,19 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
                    "text prompts)")
     w.add_argument("--output-len", type=int, help="sglang: output tokens per request (a cap "
                    "for a dataset's own lengths)")
-    w.add_argument("--concurrency", help="comma list; the first is the objective")
+    w.add_argument("--concurrency", help="sglang: concurrency levels, comma list (e.g. 1,4,16):"
+                   " every round measures each level, each level gets its own winner")
+    w.add_argument("--decide-at", type=int, metavar="LEVEL", help="sglang: the level the "
+                   "search optimises and best/launch.sh is for (default: the first)")
     w.add_argument("--requests-per-round", type=int)
     w.add_argument("--no-nccl-debug", action="store_true",
                    help="sglang: no NCCL_DEBUG=INFO logs (no effective-settings check)")
     w.add_argument("--no-preflight", action="store_true",
                    help="sglang: skip the check against SGLang's own argument parser")
     w.add_argument("--model-config", help="proxy: shape preset or config.json")
+    w.add_argument("--accept-length-from", metavar="DIR", help="proxy: a server experiment "
+                   "with speculative decoding; its measured accept length per speculative "
+                   "shape drives est_tok_s (without it the proxy ranks no speculative shape)")
     w.add_argument("--layers", type=int, help="proxy: run N layers and scale")
     w.add_argument("--batch", type=int, help="proxy: requests in the verify batch")
     w.add_argument("--kv-len", type=int, help="proxy: KV cache length")
@@ -113,6 +126,9 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
                    "(default 3; 0 skips the stage)")
     o.add_argument("--confirm-top", type=int, default=3, metavar="K",
                    help="configs the confirm stage re-runs besides the baseline (default 3)")
+    o.add_argument("--callback", action="append", default=[], choices=["wandb", "mlflow"],
+                   help="also log every trial to Weights & Biases or MLflow through Ray Tune's "
+                   "logger callbacks (repeatable; pip install 'servetune[wandb]' / '[mlflow]')")
 
 
 

@@ -19,6 +19,7 @@ from launchers.registry import args_model, kind_for, kinds
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, load, preset_names
 from tuner.spec import ExperimentSpec
+from tuner.stats import finite
 
 
 class CliError(Exception):
@@ -139,7 +140,49 @@ _CONVERT: dict[str, Callable[[Any, Path], Any]] = {
     "draft_model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
     "model_config": lambda v, base: v if v in _presets() else user_path(v, base),
     "dataset": lambda v, base: v if v in ("builtin", "random") else user_path(v, base),
+    "accept_length_from": lambda v, base: accept_table(user_path(v, base)),
 }
+
+
+def accept_table(folder: str) -> list[dict[str, Any]]:
+    """``--accept-length-from DIR``: the experiment's measured accept length per shape."""
+    from tuner.output.acceptance import measured_acceptance
+
+    try:
+        return measured_acceptance(Path(folder))
+    except ValueError as err:
+        raise CliError(f"--accept-length-from {err}") from None
+
+
+_LIMIT = re.compile(r"^\s*([A-Za-z0-9_.:-]+)\s*(<=|>=|<|>)\s*(\S+)\s*$")
+
+
+def parse_limits(items: Sequence[str]) -> list[dict[str, Any]]:
+    """``--limit "p99_itl_ms<=30"`` -> {metric, op, bound}."""
+    out = []
+    for item in items:
+        match = _LIMIT.match(item)
+        bound = finite(match.group(3)) if match else None
+        if match is None or bound is None:
+            raise CliError(f"--limit {item!r}: expected METRIC<=NUMBER (or >=, <, >), "
+                           'e.g. "p99_itl_ms<=30"')
+        out.append({"metric": match.group(1), "op": match.group(2), "bound": bound})
+    return out
+
+
+def storage_url(text: str | None, base: Path) -> str | None:
+    """``--optuna-storage``: a SQLite file named relative to the user's folder becomes
+    absolute (a resumed run reconnects from wherever it runs); other URLs stay as given."""
+    if text is None:
+        return None
+    prefix = "sqlite:///"
+    if text.startswith(prefix) and not text.startswith(prefix + "/") and \
+            text != prefix + ":memory:":
+        return prefix + user_path(text[len(prefix):], base)
+    if "://" not in text:
+        raise CliError(f"--optuna-storage {text!r}: expected a storage URL such as "
+                       "sqlite:///runs/optuna.db")
+    return text
 
 
 def _presets() -> list[str]:
@@ -157,7 +200,7 @@ def int_list(text: str, flag: str) -> list[int]:
 
 def _given(args: argparse.Namespace, dest: str) -> bool:
     value = getattr(args, dest, None)
-    return value not in (None, False, [], "")
+    return value is not None and value is not False and value not in ([], "")  # 0 is given
 
 
 def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
@@ -221,6 +264,9 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         "screen_samples": args.screen_samples, "profile": bool(getattr(args, "profile", False)),
         "screen_model": _CONVERT["model_config"](args.model_config, base)
         if args.screen and args.model_config else None,
+        "limits": parse_limits(args.limit),
+        "optuna_storage": storage_url(args.optuna_storage, base),
+        "callbacks": list(dict.fromkeys(args.callback)),
     }
     try:
         return ExperimentSpec.model_validate(data)
@@ -231,5 +277,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
 def flag_error(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = [str(p) for p in first["loc"] if not str(p).isdigit() and p not in kinds()]
-    flag = "--" + loc[-1].replace("_", "-") if loc else "input"
+    # a workload field is named by its option (objective_concurrency: --decide-at)
+    option = {field: dest for k in kinds() for dest, field in args_model(k).cli_fields.items()}
+    flag = "--" + option.get(loc[-1], loc[-1]).replace("_", "-") if loc else "input"
     return f"{flag}: {first['msg']}"

@@ -19,9 +19,11 @@ from tuner.setup import Setup, prepare
 from tuner.spec import SPEC_FILE, ExperimentSpec
 
 
-def check_before_launch(spec: ExperimentSpec, *, planning: bool = False) -> list[str]:
+def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
+                        resume: bool = False) -> list[str]:
     """Everything that can be checked without starting Ray; returns notes for a plan (what
     would be an error for ``run``, such as too few GPUs here, is a note for ``plan``)."""
+    from tuner.cli import traffic
     from tuner.run.cluster import check_address, check_joining, local_gpu_count
 
     setup = prepare(spec)
@@ -36,6 +38,10 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False) -> list
         setup.workload.inputs(spec.seed)
     except ValueError as err:
         raise CliError(str(err)) from None
+    traffic.check_limits(setup)
+    traffic.check_study(spec, setup, resume=resume, planning=planning)
+    if not planning:
+        traffic.check_callbacks(spec)
     notes = []
     node_gpus = spec.gpus_per_trial or local_gpu_count(spec)
     shortfall = spec.workload.gpu_shortfall(node_gpus)
@@ -72,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"{spec.out_dir} already holds an experiment: use --resume "
                            f"{spec.out_dir} or another --out")
         resume = False
-    check_before_launch(spec)
+    check_before_launch(spec, resume=resume)
     if spec.address is not None and args.address is None and not args.resume:
         print(f"Ray: joining the cluster at {spec.address} (from RAY_ADDRESS)", flush=True)
     if spec.screen is not None:

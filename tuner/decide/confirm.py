@@ -24,7 +24,7 @@ import pandas as pd
 
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
 from tuner.decide.decision import Decision
-from tuner.output.results import best_row, search_rows
+from tuner.output.results import best_row, feasible, search_rows
 from tuner.spec import Objective
 from tuner.stats import Interval, clears, finite, interval
 
@@ -44,9 +44,11 @@ def _key(config: Mapping[str, Any]) -> str:
 
 
 def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
-               baseline: Mapping[str, Value], mode: str, top: int) -> list[Candidate]:
+               baseline: Mapping[str, Value], mode: str, top: int,
+               objective: Objective | None = None) -> list[Candidate]:
     """The baseline, then the best ``top`` distinct non-baseline configs that completed every
-    round of the search."""
+    round of the search within the limits; with several concurrency levels, also each other
+    level's best (``best c<level>``) when it is not among them."""
     search = search_rows(df)
     base_rows = search[search["baseline"]] if not search.empty else search
     base_id = str(base_rows["trial_id"].iloc[0]) if len(base_rows) else None
@@ -56,7 +58,7 @@ def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
         return out
     done = search[(search["status"] == "ok") & search["score"].notna() & ~search["baseline"]]
     seen = {_key(baseline)}
-    for _, row in done.sort_values("score", ascending=mode == "min").iterrows():
+    for _, row in done[feasible(done)].sort_values("score", ascending=mode == "min").iterrows():
         config = dict(configs.get(str(row["trial_id"]), {}))
         if not config or _key(config) in seen:
             continue
@@ -64,6 +66,18 @@ def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
         out.append(Candidate(f"top {len(out)}", config, str(row["trial_id"]), finite(row["score"])))
         if len(out) > top:
             break
+    levels = objective.levels if objective is not None and objective.per_level else ()
+    for level in levels:
+        assert objective is not None
+        column = objective.column(level)
+        at = done[feasible(done, level, objective)]
+        at = at[at[column].notna()] if column in at else at.iloc[0:0]
+        for _, row in at.sort_values(column, ascending=mode == "min").head(1).iterrows():
+            config = dict(configs.get(str(row["trial_id"]), {}))
+            if config and _key(config) not in seen and level != objective.decide_at:
+                seen.add(_key(config))
+                out.append(Candidate(f"best c{level}", config, str(row["trial_id"]),
+                                     finite(row["score"])))
     return out
 
 
@@ -95,11 +109,15 @@ def _column(rows: pd.DataFrame, name: str) -> list[float | None]:
     return [finite(v) for v in rows[name]]
 
 
-def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame) -> dict[str, Any]:
+def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame,
+              objective: Objective | None = None) -> dict[str, Any]:
+    """A candidate's confirm launches: the objective's interval and verify ms; with limits,
+    each limited metric's interval and the limits it is not shown to keep (``limit_breaks``);
+    with several concurrency levels, the same per level (``levels``)."""
     rows = _rows(df, ids)
     ok = rows[(rows["status"] == "ok") & rows["score"].notna()] if len(rows) else rows
     failed = rows[rows["status"] == "failed"] if len(rows) else rows
-    return {
+    entry = {
         "label": cand.label, "source_trial": cand.source_trial, "search_score": cand.search_score,
         "config": cand.config, "trials": list(ids), "scores": _column(ok, "score"),
         "failed": [{"trial_id": str(r["trial_id"]), "kind": r.get("failure_kind")}
@@ -107,6 +125,29 @@ def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame) -> dict[str
         "objective": interval(_column(ok, "score")).to_json(),
         "verify_ms": interval(_column(ok, "verify_ms")).to_json(),
     }
+    if objective is None:
+        return entry
+    entry.update(_within(ok, objective, None))
+    if objective.per_level:
+        entry["levels"] = {str(level): {"scores": _column(ok, objective.column(level)),
+                                        "objective": interval(_column(
+                                            ok, objective.column(level))).to_json(),
+                                        **_within(ok, objective, level)}
+                           for level in objective.levels}
+    return entry
+
+
+def _within(ok: pd.DataFrame, objective: Objective, level: int | None) -> dict[str, Any]:
+    """The limited metrics' intervals over the launches, and the limits they do not keep."""
+    if not objective.limits:
+        return {}
+    levels = objective.levels if level is not None else ()
+    ivs = {lim.column(level, levels): interval(_column(ok, lim.column(level, levels)))
+           for lim in objective.limits}
+    broken = [r for lim in objective.limits
+              if (r := lim.check_interval(ivs[lim.column(level, levels)],
+                                          lim.column(level, levels)))]
+    return {"limits": {k: iv.to_json() for k, iv in ivs.items()}, "limit_breaks": broken}
 
 
 def _iv(entry: Mapping[str, Any], key: str = "objective") -> Interval:
@@ -123,17 +164,30 @@ def decide_confirmed(entries: Sequence[Mapping[str, Any]], metric: str, mode: st
     the chosen candidate's config)."""
     base = entries[0]
     base_iv = _iv(base)
+    within = [e for e in entries[1:] if not e["failed"] and not e.get("limit_breaks")]
+    excluded = [e["label"] for e in entries[1:] if e.get("limit_breaks")]
+    pick = max if mode == "max" else min
+    if base.get("limit_breaks"):  # any config shown within the limits beats one that is not
+        if not within:
+            return Decision("none", f"No configuration was confirmed within the limits: the "
+                            f"default's {'; '.join(base['limit_breaks'])}, and no candidate's "
+                            "95% intervals keep them either")
+        best = pick(within, key=lambda e: _iv(e).mean or 0.0)
+        return Decision("confirmed", f"{best['label']} ({best['source_trial']}) keeps the "
+                        f"limits and the default does not ({'; '.join(base['limit_breaks'])}): "
+                        f"{metric} {_fmt(_iv(best))}, 95% intervals over {repeats} fresh "
+                        "launches each", best["label"])
     if base_iv.low is None:
         return Decision("unconfirmed", f"the baseline completed {base_iv.n} of {repeats} "
                         "confirm launches, too few for a confidence interval: nothing can be "
                         "declared better than it")
-    winners = [e for e in entries[1:] if not e["failed"] and clears(_iv(e), base_iv, mode)]
+    winners = [e for e in within if clears(_iv(e), base_iv, mode)]
     if not winners:
+        outside = f" ({', '.join(excluded)} not shown within the limits)" if excluded else ""
         return Decision("default", f"No configuration beat the default beyond noise: the "
                         f"baseline's {metric} is {_fmt(base_iv)} and no candidate's 95% "
-                        f"interval clears it over {repeats} fresh launches each. Keep the "
-                        "default settings.", "baseline")
-    pick = max if mode == "max" else min
+                        f"interval clears it over {repeats} fresh launches each{outside}. Keep "
+                        "the default settings.", "baseline")
     best = pick(winners, key=lambda e: _iv(e).mean or 0.0)
     best_iv = _iv(best)
     ratio = Objective(metric, mode, 1).speedup(best_iv.mean or 0.0, base_iv.mean or 0.0)
@@ -188,14 +242,24 @@ def speculative_verdict(with_iv: Interval | None, with_score: float | None,
     return data
 
 
-def unconfirmed(df: pd.DataFrame, cands: Sequence[Candidate], repeats: int, mode: str
-                ) -> Decision:
+def unconfirmed(df: pd.DataFrame, cands: Sequence[Candidate], repeats: int, mode: str,
+                base_breaks: Sequence[str] = ()) -> Decision:
     """The decision when no confirm stage decided: the search's best, unchecked against
-    noise, or the default when the baseline was not beaten in the search."""
+    noise, or the default when the baseline was not beaten in the search (``cands``: the
+    baseline, then the others best first, all within the limits; ``base_breaks``: the
+    limits the baseline breaks, when it does)."""
     best = next((c for c in cands[1:]), None)
     search = search_rows(df)
     base_ok = len(search) and bool(((search["baseline"]) & (search["status"] == "ok")).any())
     why = "--confirm 0" if repeats == 0 else "nothing to confirm"
+    if base_breaks:
+        if best is None:
+            return Decision("none", "no configuration kept the limits in the search (the "
+                            f"default: {'; '.join(base_breaks)})")
+        return attach(Decision("unconfirmed", f"{best.label} ({best.source_trial}) is the "
+                               "search's best within the limits, which the default breaks "
+                               f"({'; '.join(base_breaks)}); not checked against noise ({why})",
+                               best.label), cands)
     if best is None:
         if base_ok:
             return attach(Decision("default", f"only the baseline completed the search ({why})",

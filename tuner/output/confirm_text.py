@@ -29,19 +29,42 @@ def lines(data: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     entries = data.get("entries") or []
     metric = data.get("metric", "score")
+    limits = data.get("limits") or []
     if entries:
         out.append(f"confirm ({data['repeats']} fresh launches each, mean ± 95% CI half-width):")
-        out.append(f"  {'config':<12} {'from':<10} {metric:>24} {'verify_ms':>22}  failed")
+        out.append(f"  {'config':<12} {'from':<10} {metric:>24} {'verify_ms':>22}  failed"
+                   + ("  limits" if limits else ""))
         for e in entries:
+            kept = "; ".join(e.get("limit_breaks") or []) or "kept"
             out.append(f"  {e['label']:<12} {e['source_trial'] or '-':<10} "
                        f"{_interval(e, 'objective').text():>24} "
-                       f"{_interval(e, 'verify_ms').text():>22}  {len(e['failed'])}")
+                       f"{_interval(e, 'verify_ms').text():>22}  {len(e['failed']):>6}"
+                       + (f"  {kept}" if limits else ""))
+    if limits:
+        out.append(f"limits: {', '.join(limits)} (a config is kept only within them; in the "
+                   "confirm stage, its whole 95% interval)")
     decision = data.get("decision") or {}
     if decision.get("text"):
         out.append("decision: " + decision["text"])
+    out += level_lines(data)
     spec = data.get("speculative")
     if spec and spec.get("text"):
         out.append(spec["text"])
     if data.get("interrupted"):
         out.append("the confirm stage was interrupted: its numbers are partial")
+    return out
+
+
+def level_lines(data: Mapping[str, Any]) -> list[str]:
+    """The decision at each concurrency level, and whether one config wins them all."""
+    levels = data.get("per_level") or []
+    if not levels:
+        return []
+    out = [f"per concurrency level (the search decided at {data.get('decide_at')}):"]
+    for item in levels:
+        d = item.get("decision") or {}
+        out.append(f"  c{item['level']}: {d.get('kind')}: {d.get('label') or '-'}: "
+                   f"{d.get('text', '')}")
+    if data.get("same_config_text"):
+        out.append(str(data["same_config_text"]))
     return out

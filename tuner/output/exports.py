@@ -98,13 +98,36 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
         "config": dict(config), "argv": list(plan.argv), "env": dict(plan.env),
         "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
         "nccl_tuner_rule": rule.csv_line() if rule else None,
+        "limits": [lim.text() for lim in setup.objective.limits],
     }
+    levels = (confirm_data or {}).get("per_level") or []
+    if levels:
+        best.update(decide_at=setup.objective.decide_at,
+                    same_config=(confirm_data or {}).get("same_config"),
+                    per_level=[_level(setup, item, df) for item in levels])
     write_json(out / BEST_JSON, best)
     folder = out / BEST_DIR
     write_launch(folder, plan)
     write_env(folder, plan)
     (folder / TUNER_CSV).write_text(tuner_csv(rule, notes, setup.spec.name))
     return best
+
+
+def _level(setup: Setup, item: Mapping[str, Any], df: pd.DataFrame) -> dict[str, Any]:
+    """One concurrency level's decision as best.json holds it, ready to launch."""
+    decision = item.get("decision") or {}
+    config, tid = decision.get("config"), decision.get("source_trial")
+    rows = df[df["trial_id"] == tid] if tid is not None and not df.empty else df.iloc[0:0]
+    column = str(item.get("metric"))
+    entry: dict[str, Any] = {
+        "level": item.get("level"), "metric": column, "decision": decision.get("kind"),
+        "label": decision.get("label"), "evidence": decision.get("text"), "trial_id": tid,
+        "score": _float(rows[column].iloc[0]) if len(rows) and column in rows else None,
+        "config": config}
+    if config is not None:
+        plan = setup.production_plan(config, setup.spec.out_dir / BEST_DIR)
+        entry.update(argv=list(plan.argv), env=dict(plan.env), unset_env=list(plan.unset_env))
+    return entry
 
 
 def _float(value: Any) -> float | None:

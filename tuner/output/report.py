@@ -14,12 +14,13 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.output import plots
+from tuner.output import pareto, plots
 from tuner.output.confirm_text import lines as confirm_lines
 from tuner.output.files import RULED_OUT_JSON, RUN_JSON, read_json
 from tuner.output.progress import settings_text
-from tuner.output.results import search_rows
+from tuner.output.results import BREAKS, search_rows
 from tuner.setup import Setup
+from tuner.stats import Interval
 
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
@@ -51,6 +52,8 @@ class Facts:
     failures: Table
     notes: list[str] = field(default_factory=list)
     counts: str = ""
+    levels: Table = field(default_factory=list)  # the winner per concurrency level
+    levels_text: str = ""
 
 
 def _cell(value: Any) -> str:
@@ -88,11 +91,21 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
            ["resources", f"{run.get('nodes', '?')} node(s), GPUs per node "
                          f"{run.get('gpus_per_node', '?')}, {run.get('gpus_per_trial', '?')} "
                          "GPU(s) per trial (a whole node)"]]
+    if objective.limits:
+        how.append(["limits", ", ".join(lim.text() for lim in objective.limits)
+                    + ": a trial outside them is infeasible, never chosen; in the confirm "
+                    "stage a config must keep them over its whole 95% interval"])
+    if objective.per_level:
+        how.append(["concurrency", f"each round measures levels "
+                    f"{', '.join(map(str, objective.levels))}; the search optimises "
+                    f"{objective.decide_at} (--decide-at), each level gets its own winner"])
     decision = dict((confirm_data or {}).get("decision") or {})
     chosen_config = decision.get("config")
     chosen = "-" if chosen_config is None else settings_text(chosen_config, knobs)
     search = search_rows(df)
-    top: Table = [["trial", "status", objective.metric, "speedup", "verify_ms", "settings"]]
+    limited = bool(objective.limits)
+    top: Table = [["trial", "status", objective.metric, "speedup", "verify_ms", "settings",
+                   *(["limits"] if limited else [])]]
     if not search.empty:
         scored = search[search["score"].notna() & (search["status"] == "ok")]
         order = scored.sort_values("score", ascending=objective.mode == "min").head(top_n)
@@ -102,7 +115,9 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
             label = " (baseline)" if row["baseline"] else ""
             top.append([str(row["trial_id"]) + label, str(row["status"]), _cell(row["score"]),
                         f"{row['speedup']:.3f}x" if _cell(row["speedup"]) != "-" else "-",
-                        _cell(row.get("verify_ms")), settings_text(config, knobs)])
+                        _cell(row.get("verify_ms")), settings_text(config, knobs),
+                        *([_cell(row.get(BREAKS)) if isinstance(row.get(BREAKS), str)
+                           else "kept"] if limited else [])])
     failures: Table = [["kind", "trials", "example", "message", "hint"]]
     failed = df[df["failure_kind"].notna()] if not df.empty else df
     for kind, group in (failed.groupby("failure_kind") if len(failed) else []):
@@ -126,7 +141,36 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                  decision.get("text") or "no decision (the run did not complete)",
                  str(decision.get("kind") or "none"), chosen,
                  [ln for ln in confirm_lines(confirm_data or {}) if ln.startswith("  ")
-                  or ln.startswith("confirm")], spec_text, top, failures, notes, counts)
+                  or ln.startswith("confirm")], spec_text, top, failures, notes, counts,
+                 *level_table(setup, df, confirm_data))
+
+
+def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
+                ) -> tuple[Table, str]:
+    """The winner per concurrency level with its figure (the confirm interval where it was
+    confirmed, else the search's mean), and whether one config wins them all."""
+    data = confirm_data or {}
+    items = data.get("per_level") or []
+    if not items:
+        return [], ""
+    knobs = list(setup.space.domains)
+    entries = {e["label"]: e for e in data.get("entries") or []}
+    table: Table = [["concurrency", "decision", "winner", "its figure", "settings"]]
+    for item in items:
+        d = item.get("decision") or {}
+        level, column = item["level"], str(item.get("metric"))
+        entry = (entries.get(d.get("label")) or {}).get("levels", {}).get(str(level))
+        if entry:
+            figure = f"{column} {Interval(**entry['objective']).text()}"
+        else:
+            rows = df[df["trial_id"] == d.get("source_trial")] if not df.empty else df
+            figure = f"{column} {_cell(rows[column].iloc[0])}" if len(rows) and column in rows \
+                else "-"
+        config = d.get("config")
+        table.append([f"{level}{' (--decide-at)' if level == setup.objective.decide_at else ''}",
+                      str(d.get("kind")), f"{d.get('label') or '-'} ({d.get('source_trial') or '-'})",
+                      figure, "-" if config is None else settings_text(config, knobs)])
+    return table, str(data.get("same_config_text") or "")
 
 
 # ---------------------------------------------------------------- Markdown
@@ -155,6 +199,9 @@ def markdown(f: Facts) -> str:
                   "`best/nccl-tuner.csv`).", ""]
     if f.confirm:
         lines += ["### Evidence: the confirm stage", "", "```", *f.confirm, "```", ""]
+    if f.levels:
+        lines += ["### The winner per concurrency level", "", *_md_table(f.levels), "",
+                  f.levels_text, ""]
     if f.speculative:
         lines += ["### Is speculative decoding worth it here?", "", f.speculative, ""]
     lines += ["## What was searched", "", *_md_table(f.space), "", "### Workload", "",
@@ -215,6 +262,9 @@ def html_page(f: Facts, folder: Path, shown: Sequence[Plot]) -> str:
     if f.confirm:
         parts.append("<h3>Evidence: the confirm stage</h3><pre>"
                      + e("\n".join(f.confirm)) + "</pre>")
+    if f.levels:
+        parts.append("<h3>The winner per concurrency level</h3>" + _html_table(f.levels)
+                     + f"<p>{e(f.levels_text)}</p>")
     if f.speculative:
         parts.append(f"<h3>Is speculative decoding worth it here?</h3><p>{e(f.speculative)}</p>")
     parts.append("<h2>Plots</h2>")
@@ -257,6 +307,13 @@ def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any]
         (Plot(f"{PLOTS_DIR}/parallel.png", "parallel coordinates",
               "parallel coordinates of the best completed trials"),
          lambda p: plots.parallel_coordinates(df, metric, mode, knobs, p)),
+        (Plot(f"{PLOTS_DIR}/pareto.png", "throughput against latency",
+              f"{metric} against {pareto.latency_metric(search_rows(df), setup.objective)}, "
+              "per concurrency level: each search trial "
+              "(hollow red: outside the limits), the Pareto front of those within, the limits "
+              "as dashed lines, the baseline and the chosen config"),
+         lambda p: pareto.pareto(df, setup.objective, p,
+                                 pareto.chosen_trials(setup.objective, confirm_data))),
         (Plot(f"{PLOTS_DIR}/time_split.png", "where the time goes",
               "the measured split of a cycle (draft vs verify) or of a verify pass "
               "(compute vs exposed communication)"),

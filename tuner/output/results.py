@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from search_spaces.knobs import CATALOGUE, Value
+from tuner.limits import SEARCH_KEY, breaks
 from tuner.output.files import JOURNAL, RESULTS_CSV, read_journal
 from tuner.spec import Objective
 
@@ -67,13 +68,15 @@ def build_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any]
             "score": _mean([r.get(objective.metric) for r in rounds]),
         }
         row.update({k: _show(v) for k, v in t["config"].items()})
-        names = {k for r in rounds for k in r} - {"round"}
+        names = {k for r in rounds for k in r} - {"round", SEARCH_KEY}
         for name in sorted(names):
             values = [r.get(name) for r in rounds]
             if name.startswith(_LAST_ONLY) or not any(isinstance(v, (int, float)) for v in values):
                 row[name] = next((v for v in reversed(values) if v is not None), None)
             else:
                 row[name] = _mean(values)
+        if objective.limits and rounds:
+            row.update(limit_columns(row, objective))
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:
@@ -83,6 +86,35 @@ def build_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any]
     df["speedup"] = [objective.speedup(s, base_score) if s == s and s is not None else math.nan
                      for s in df["score"]]
     return df
+
+
+WITHIN = "within_limits"  # True when the trial's means keep every limit
+BREAKS = "limit_breaks"  # the limits broken, with the figures
+
+
+def level_key(name: str, level: int | None, objective: Objective) -> str:
+    return name if level is None or not objective.per_level else f"{name}_c{level}"
+
+
+def limit_columns(row: Mapping[str, Any], objective: Objective) -> dict[str, Any]:
+    """Whether a trial's means keep the limits, and which it breaks: at the level the
+    search decides at, and with several levels at each (``within_limits_c<level>``)."""
+    out: dict[str, Any] = {}
+    for level in [None, *(objective.levels if objective.per_level else ())]:
+        broken = breaks(row, objective.limits) if level is None else \
+            breaks(row, objective.limits, level, objective.levels)
+        out[level_key(WITHIN, level, objective)] = not broken
+        out[level_key(BREAKS, level, objective)] = "; ".join(broken) or None
+    return out
+
+
+def feasible(df: pd.DataFrame, level: int | None = None,
+             objective: Objective | None = None) -> pd.Series:
+    """Rows that keep the limits (at ``level``); every row when there are none."""
+    column = WITHIN if objective is None else level_key(WITHIN, level, objective)
+    if df.empty or column not in df:
+        return pd.Series(True, index=df.index)
+    return df[column].map(lambda v: v is not False and v != "False")
 
 
 def _same(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> bool:
@@ -96,10 +128,11 @@ def _show(value: Any) -> Any:
 
 
 def best_row(df: pd.DataFrame, objective: Objective) -> pd.Series | None:
-    """The best trial that completed every round (stopped trials lost a comparison)."""
+    """The best trial that completed every round (stopped trials lost a comparison) and
+    keeps the limits."""
     if df.empty:
         return None
-    done = df[(df["status"] == "ok") & df["score"].notna()]
+    done = df[(df["status"] == "ok") & df["score"].notna() & feasible(df)]
     if done.empty:
         return None
     index = done["score"].idxmax() if objective.mode == "max" else done["score"].idxmin()
@@ -168,7 +201,7 @@ def summary_lines(df: pd.DataFrame, objective: Objective, knobs: list[str], top:
     if df.empty:
         return ["no trials ran"]
     lines = []
-    scored = df[df["score"].notna()]
+    scored = df[df["score"].notna() & feasible(df)]
     order = scored.sort_values("score", ascending=objective.mode == "min")
     shown = order[order["status"] == "ok"].head(top)
     base = df[df["baseline"]]
@@ -183,6 +216,12 @@ def summary_lines(df: pd.DataFrame, objective: Objective, knobs: list[str], top:
                      f"{' '.join(changed) or 'no overrides'}{label}")
     counts = df["status"].value_counts().to_dict()
     lines.append("trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    outside = df[~feasible(df) & df["status"].isin(["ok", "stopped"])]
+    if objective.limits:
+        lines.append(f"limits: {', '.join(lim.text() for lim in objective.limits)}; "
+                     f"{len(outside)} trial(s) outside them, never chosen")
+        for _, row in outside.head(top).iterrows():
+            lines.append(f"  {row['trial_id']}: {row[BREAKS]}")
     failed = df[df["failure_kind"].notna()]
     if len(failed):
         kinds = failed["failure_kind"].value_counts().to_dict()

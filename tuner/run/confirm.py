@@ -14,6 +14,7 @@ from ray.tune.search import ConcurrencyLimiter
 
 from search_spaces.knobs import Value
 from tuner.decide import confirm as decide
+from tuner.decide import levels
 from tuner.decide.decision import Decision
 from tuner.output import confirm_text
 from tuner.output.results import build_table, configs
@@ -71,11 +72,14 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
         return done
     baseline = setup.space.baseline()
     df = build_table(out, objective, baseline)
-    cands = decide.candidates(df, configs(out), baseline, objective.mode, spec.confirm_top)
+    cands = decide.candidates(df, configs(out), baseline, objective.mode, spec.confirm_top,
+                              objective)
     data: dict[str, Any] = {"metric": objective.metric, "mode": objective.mode,
                             "repeats": spec.confirm, "top": spec.confirm_top,
                             "confidence": CONFIDENCE, "rounds_per_launch": spec.rounds,
-                            "entries": [], "interrupted": False}
+                            "entries": [], "interrupted": False,
+                            "limits": [lim.text() for lim in objective.limits],
+                            "levels": list(objective.levels), "decide_at": objective.decide_at}
     decision: Decision | None = None
     if spec.confirm > 0 and len(cands) > 1:
         echo("")
@@ -88,13 +92,15 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
         df = build_table(out, objective, baseline)
         for i, cand in enumerate(cands):
             ids = [tid for tid, p in batch.assigned.items() if owner[p] == i]
-            data["entries"].append(decide.summarize(cand, ids, df))
+            data["entries"].append(decide.summarize(cand, ids, df, objective))
         decision = decide.attach(decide.decide_confirmed(data["entries"], objective.metric,
                                                          objective.mode, spec.confirm), cands)
     elif spec.confirm > 0:
         data["note"] = "no configuration besides the baseline completed the search: nothing to confirm"
-    decision = decision or decide.unconfirmed(df, cands, spec.confirm, objective.mode)
+    decision = decision or levels.unconfirmed_at(df, cands, None, objective, spec.confirm)
     data["decision"] = decision.to_json()
+    data["per_level"] = levels.per_level(objective, df, cands, data["entries"], spec.confirm)
+    data.update(levels.same_winner(data["per_level"], objective.decide_at))
     if not data["interrupted"]:
         data["speculative"] = _speculative(setup, resources, slots, data, decision, echo)
     confirm_text.write(out, data)

@@ -13,8 +13,10 @@ from tuner.run.finish import RunOutcome
 from tuner.run.fit import FitPlan, fit
 from tuner.run.progress import TrialLines
 from tuner.run.recorder import Recorder
+from tuner.run.trackers import tracker_callbacks
 from tuner.run.trainable import make_trainable
-from tuner.search.build import build_scheduler, build_search
+from tuner.search.build import Study, build_scheduler, build_search
+from tuner.search.study import study_name
 from tuner.setup import Print, prepare, stdout_print
 from tuner.spec import ExperimentSpec
 
@@ -53,11 +55,18 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
         echo(f"TensorBoard: tensorboard --logdir {out_dir}")
         for note in setup.notes():
             echo(note)
+        # A resumed run's searcher comes back from its checkpoint, bound to its study: a
+        # new one would enqueue the baseline into the stored study again.
+        study = Study(spec.optuna_storage, study_name(spec.name)) \
+            if spec.optuna_storage and not resume else None
         stack = build_search(setup.space, setup.objective, search=spec.search,
                              stage_search=spec.stage_search, samples=spec.samples,
                              seed=spec.seed, failure_aware=spec.failure_aware,
                              max_concurrent=slots, out_dir=out_dir,
-                             points=spec.points or None)
+                             points=spec.points or None, study=study)
+        if study is not None:
+            echo(f"Optuna study {study.name!r} in {study.storage} "
+                 f"(optuna-dashboard {study.storage})")
         for note in stack.notes:
             echo(note)
         recorder = Recorder(out_dir, setup.objective, setup.space.baseline(),
@@ -69,8 +78,9 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
             trainable=make_trainable(setup, spec, resources), objective=setup.objective,
             search_alg=stack.search_alg, scheduler=build_scheduler(spec.scheduler,
                                                                    setup.objective),
-            num_samples=stack.num_samples, callbacks=[recorder], reporter=reporter,
-            reuse_actors=reuse_actors(spec.reuse_actors)), resume=resume)
+            num_samples=stack.num_samples,
+            callbacks=[recorder, *tracker_callbacks(spec.callbacks, spec.name)],
+            reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors)), resume=resume)
         interrupted = outcome.interrupted
         confirmed = None
         if not interrupted:  # the confirm stage and the speculative reference

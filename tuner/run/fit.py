@@ -69,7 +69,7 @@ def fit(plan: FitPlan, *, resume: bool = False) -> FitOutcome:
                                    resume_unfinished=True, resume_errored=False)
     else:
         tuner = tune.Tuner(plan.trainable, tune_config=tune.TuneConfig(
-            metric=plan.objective.metric, mode=plan.objective.mode,
+            metric=plan.objective.search_metric, mode=plan.objective.mode,
             num_samples=plan.num_samples, search_alg=plan.search_alg, scheduler=plan.scheduler,
             reuse_actors=plan.reuse_actors, trial_dirname_creator=_trial_dirname),
             run_config=tune.RunConfig(

@@ -51,6 +51,9 @@ def screen_spec(spec: ExperimentSpec) -> ExperimentSpec:
         "pins": {**spec.pins, **non_env}, "confirm": 0,
         "samples": spec.screen_samples or spec.samples,
         "search": "random" if spec.search in ("staged", "grid") else spec.search,
+        # The server's limits, study and trackers are the server trials' (the proxy reports
+        # none of bench_serving's latencies).
+        "limits": [], "optuna_storage": None, "callbacks": [],
     })
 
 

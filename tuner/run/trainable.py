@@ -12,6 +12,7 @@ from typing import Any
 
 from launchers import process
 from launchers.base import TrialContext
+from tuner.limits import LimitTracker
 from tuner.run.dashboard import name_trial, named_trainable
 from tuner.run.lifecycle import Limits
 from tuner.setup import Setup, prepare
@@ -37,9 +38,13 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
                        resolve_port(spec.workload.port), spec.seed)
     node_id = ray.get_runtime_context().get_node_id()
     name_trial(spec.name, trial_id)  # findable in the dashboard's task list
+    objective = setup.objective
+    limits = LimitTracker(objective.metric, objective.limits, objective.worst)
+
     def report(metrics: dict[str, Any]) -> None:
-        # Which node ran the trial (nodes of one host share an IP): a column of results.csv.
-        tune.report({**metrics, "node_id": node_id})
+        # Which node ran the trial (nodes of one host share an IP): a column of results.csv;
+        # with limits, the score the search ranks (the worst value once one breaks).
+        tune.report({**metrics, **limits.update(metrics), "node_id": node_id})
 
     guard = ExitGuard(ctx.marker, spec.stop_grace)
     atexit.register(guard)

@@ -20,11 +20,22 @@ from tuner.search.fixed import FixedPoints
 from tuner.search.memory import FailureMemory
 from tuner.search.space_searcher import SpaceSearcher
 from tuner.search.staged import StagedSearcher
+from tuner.search.study import open_storage, study_name
 from tuner.spec import Objective
 
 
-def optuna_searcher(space: SearchSpace, objective: Objective, seed: int) -> Searcher:
-    """Optuna TPE over the space's categorical knobs, the baseline enqueued first."""
+@dataclass(frozen=True)
+class Study:
+    """Where Optuna keeps its study (``--optuna-storage``) and the study's name."""
+
+    storage: str
+    name: str
+
+
+def optuna_searcher(space: SearchSpace, objective: Objective, seed: int,
+                    study: Study | None = None) -> Searcher:
+    """Optuna TPE over the space's categorical knobs, the baseline enqueued first; with
+    ``study``, the study lives in that storage under that name (Ray's own arguments)."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
@@ -33,27 +44,35 @@ def optuna_searcher(space: SearchSpace, objective: Objective, seed: int) -> Sear
     distributions: dict[str, optuna.distributions.BaseDistribution] = {
         n: categorical(list(v)) for n, v in space.domains.items()}
     baseline = space.baseline()
-    return OptunaSearch(space=distributions, metric=objective.metric, mode=objective.mode,
+    return OptunaSearch(space=distributions, metric=objective.search_metric,
+                        mode=objective.mode,
                         points_to_evaluate=[{n: baseline[n] for n in space.domains}],
-                        sampler=optuna.samplers.TPESampler(seed=seed))
+                        sampler=optuna.samplers.TPESampler(seed=seed),
+                        storage=open_storage(study.storage) if study else None,
+                        study_name=study.name if study else None)
 
 
-def leaf_searcher(kind: str, space: SearchSpace, objective: Objective, seed: int) -> Searcher:
+def leaf_searcher(kind: str, space: SearchSpace, objective: Objective, seed: int,
+                  study: Study | None = None) -> Searcher:
     if kind == "optuna":
-        return optuna_searcher(space, objective, seed)
-    return SpaceSearcher(space, kind, seed, objective.metric, objective.mode)
+        return optuna_searcher(space, objective, seed, study)
+    return SpaceSearcher(space, kind, seed, objective.search_metric, objective.mode)
 
 
 class _StageInner:
     """Picklable factory for a stage's searcher (a closure would not survive resume)."""
 
-    def __init__(self, kind: str, objective: Objective) -> None:
+    def __init__(self, kind: str, objective: Objective, study: Study | None = None) -> None:
         self.kind = kind
         self.objective = objective
+        self.study = study
 
     def __call__(self, space: SearchSpace, seed: int, kind: str | None = None) -> Searcher:
-        """``kind``: the stage's own searcher from the space file, else --stage-search."""
-        return leaf_searcher(kind or self.kind, space, self.objective, seed)
+        """``kind``: the stage's own searcher from the space file, else --stage-search;
+        with a study, each stage keeps its own (``<experiment>:<stage>``)."""
+        study = None if self.study is None else Study(
+            self.study.storage, study_name(self.study.name, space.name.rpartition(":")[2]))
+        return leaf_searcher(kind or self.kind, space, self.objective, seed, study)
 
 
 class _RejectLog:
@@ -78,10 +97,11 @@ class SearchStack:
 
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
                  samples: int, seed: int, failure_aware: bool, max_concurrent: int,
-                 out_dir: Path | None, points: list[dict[str, Any]] | None = None
-                 ) -> SearchStack:
+                 out_dir: Path | None, points: list[dict[str, Any]] | None = None,
+                 study: Study | None = None) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
-    stack writes what it rejects and each stage's winner (None: nowhere, for a preview)."""
+    stack writes what it rejects and each stage's winner (None: nowhere, for a preview);
+    ``study``: where Optuna keeps its study (None: in memory)."""
     notes: list[str] = []
     rejects = _RejectLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None
@@ -90,7 +110,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         given = [space.complete(p) for p in points]
         queue = [baseline, *(p for p in given if p != baseline)]
         fixed = FixedPoints(queue, ["baseline", *(f"point {i}" for i in range(1, len(queue)))],
-                            objective.metric, objective.mode)
+                            objective.search_metric, objective.mode)
         filtering = FilteringSearcher(fixed, space, pass_invalid=True,
                                       on_reject=rejects)
         notes.append(f"evaluating {len(queue)} given configurations (baseline first)")
@@ -98,14 +118,14 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
                            filtering, None, len(queue), notes)
     if search == "staged":
         staged = StagedSearcher(space, samples, objective.rounds,
-                                _StageInner(stage_search, objective), seed,
-                                objective.metric, objective.mode,
+                                _StageInner(stage_search, objective, study), seed,
+                                objective.search_metric, objective.mode,
                                 out_dir / STAGES_JSON if out_dir is not None else None)
         inner: Searcher = staged
         if not space.stages:
             notes.append(f"{space.name} defines no stages: one stage with every knob")
     else:
-        inner = leaf_searcher(search, space, objective, seed)
+        inner = leaf_searcher(search, space, objective, seed, study)
     if search == "grid" and space.size > samples:
         notes.append(f"grid has {space.size} points; --samples {samples} runs the first "
                      f"{samples} (baseline first)")

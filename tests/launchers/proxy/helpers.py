@@ -13,7 +13,7 @@ from search_spaces.knobs import Value
 REQUIRED = ("verify_ms", "verify_p10_ms", "verify_p90_ms", "compute_ms", "exposed_comm_ms",
             "exposed_comm_share", "exposed_per_allreduce_us", "comm_alone_ms",
             "comm_alone_per_allreduce_us", "allgather_alone_ms", "est_tok_s",
-            "assumed_accept_length", "assumed_draft_ms", "bytes_per_pass", "hbm_floor_ms",
+            "est_accept_length", "assumed_draft_ms", "bytes_per_pass", "hbm_floor_ms",
             "scaled", "graph", "ranks", "device", "interconnect", "allreduce_path",
             "allgather_path", "sglang_allreduce_path", "sglang_allgather_path",
             "allreduce_count", "allgather_count")

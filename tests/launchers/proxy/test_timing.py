@@ -7,7 +7,7 @@ import pytest
 
 from launchers.proxy.geometry import Geometry
 from launchers.proxy.shapes import Shape, load_shape
-from launchers.proxy.timing import GRAPHS, summarize
+from launchers.proxy.timing import GRAPHS, ROUND_METRICS, summarize
 
 
 def geo(name: str = "tiny", **kw: int) -> Geometry:
@@ -58,7 +58,7 @@ def test_summarize_scales_layers_not_the_head() -> None:
     layer = (m["verify_ms"] - 1.0) / 4
     assert m["assumed_draft_ms"] == pytest.approx(2 * (layer + 1.0))
     assert m["draft_ms_source"].startswith("estimated: 2 steps")
-    assert m["assumed_accept_length"] == 4.0  # at most the draft tokens
+    assert m["est_accept_length"] == 4.0  # at most the draft tokens
 
 
 def test_exposed_can_be_below_zero_and_is_kept() -> None:
@@ -67,3 +67,14 @@ def test_exposed_can_be_below_zero_and_is_kept() -> None:
     m = summarize(samples(10.0, 10.2), geo(), accept_length=3.0, draft_ms=1.0, draft_steps=1,
                   bandwidth=1e12)
     assert m["exposed_comm_ms"] == pytest.approx(-0.2)
+
+
+def test_round_metrics_name_every_number_and_the_accept_length_says_its_source() -> None:
+    m = summarize(samples(10.0, 8.5), geo(draft_tokens=4), accept_length=2.5, draft_ms=1.0,
+                  draft_steps=1, bandwidth=1e12, accept_source="measured")
+    numbers = {k for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    assert numbers == set(ROUND_METRICS)
+    assert (m["est_accept_length"], m["accept_length_source"]) == (2.5, "measured")
+    assumed = summarize(samples(10.0, 8.5), geo(), accept_length=2.5, draft_ms=1.0,
+                        draft_steps=1, bandwidth=1e12)
+    assert assumed["accept_length_source"] == "assumed"

@@ -90,11 +90,12 @@ def test_report_renders_a_stored_experiment(stored: Path, capsys: pytest.Capture
     printed = capsys.readouterr().out
     assert "decision: tree is the search's best" in printed  # no confirm.json: unconfirmed
     assert "1.030x the baseline" in printed
-    for name in ("objective", "knobs", "parallel", "time_split"):
+    for name in ("objective", "knobs", "parallel", "time_split", "pareto"):
         _check_png(stored / "plots" / f"{name}.png")
     assert not (stored / "plots" / "confirm.png").exists()  # no confirm.json, no plot
     page = (stored / "report.html").read_text()
-    assert page.count("<img ") == 4 and "data:image/png;base64," in page
+    assert page.count("<img ") == 5 and "data:image/png;base64," in page
+    assert "est_tok_s against verify_ms" in page  # the proxy's trade-off: its verify pass
     assert "graph_capture" in page and "not checked against noise" in page
     md = (stored / "best" / "report.md").read_text()
     assert "## Failures by kind" in md and "| graph_capture | 1 | bad |" in md
