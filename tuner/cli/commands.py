@@ -8,7 +8,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launchers.registry import screenable
 from search_spaces import knobs
@@ -17,6 +17,9 @@ from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_f
 from tuner.output.files import BEST_DIR
 from tuner.setup import Setup, prepare
 from tuner.spec import SPEC_FILE, ExperimentSpec
+
+if TYPE_CHECKING:
+    from tuner.run.lock import DriverLock
 
 
 def check_before_launch(spec: ExperimentSpec, *, planning: bool = False) -> list[str]:
@@ -57,31 +60,52 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False) -> list
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tuner.run import experiment
+    from tuner.run.lock import ExperimentBusy, holder
 
     if args.resume:
         folder = Path(args.resume).resolve()
         spec = ExperimentSpec.load(folder).model_copy(update={"out_dir": folder})
         from tuner.run.fit import started
 
+        lock = hold(folder)
         if not started(folder):
             raise CliError(f"{args.resume}: the experiment never started (no tuner.pkl)")
         resume = True
     else:
         spec = spec_from_args(args)
+        running = holder(spec.out_dir)
+        if running is not None:
+            raise CliError(str(ExperimentBusy(spec.out_dir, running)))
         if (spec.out_dir / SPEC_FILE).exists():
             raise CliError(f"{spec.out_dir} already holds an experiment: use --resume "
                            f"{spec.out_dir} or another --out")
         resume = False
-    check_before_launch(spec)
-    if spec.address is not None and args.address is None and not args.resume:
-        print(f"Ray: joining the cluster at {spec.address} (from RAY_ADDRESS)", flush=True)
-    if spec.screen is not None:
-        from tuner.run.screen import run_screened
+        lock = None
+    try:
+        check_before_launch(spec)
+        lock = lock or hold(spec.out_dir)
+        if spec.address is not None and args.address is None and not args.resume:
+            print(f"Ray: joining the cluster at {spec.address} (from RAY_ADDRESS)", flush=True)
+        if spec.screen is not None:
+            from tuner.run.screen import run_screened
 
-        outcome = run_screened(spec, resume=resume)
-    else:
-        outcome = experiment.run(spec, resume=resume)
+            outcome = run_screened(spec, resume=resume)
+        else:
+            outcome = experiment.run(spec, resume=resume)
+    finally:
+        if lock is not None:
+            lock.release()
     return 130 if outcome.interrupted else 0
+
+
+def hold(folder: Path) -> DriverLock:
+    """This process becomes the experiment's one driver (bad input if another one is)."""
+    from tuner.run.lock import DriverLock, ExperimentBusy
+
+    try:
+        return DriverLock(folder).acquire()
+    except ExperimentBusy as err:
+        raise CliError(str(err)) from None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -222,7 +246,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         problems = setup.space.validate(target.config)
         if problems:
             raise CliError(f"{target.label}: {problems[0]}")
-    doc = profile.profile_experiment(setup, targets, steps=args.steps)
+    with hold(setup.out_dir):  # it launches servers: not while a run drives the folder
+        doc = profile.profile_experiment(setup, targets, steps=args.steps)
     return 0 if any(e["status"] == "ok" for e in doc["entries"]) else 1
 
 
