@@ -14,7 +14,7 @@ from launchers.registry import screenable
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, load, preset_names
 from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_from_args
-from tuner.output.files import BEST_DIR
+from tuner.output.files import BEST_DIR, BROKEN_JSON
 from tuner.setup import Setup, prepare
 from tuner.spec import SPEC_FILE, ExperimentSpec
 
@@ -70,6 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         lock = hold(folder)
         if not started(folder):
             raise CliError(f"{args.resume}: the experiment never started (no tuner.pkl)")
+        if (folder / BROKEN_JSON).exists():
+            raise CliError(f"{args.resume}: this search stopped because its environment was "
+                           f"broken ({BROKEN_JSON}): fix it and start a new experiment")
         resume = True
     else:
         spec = spec_from_args(args)
@@ -95,6 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if lock is not None:
             lock.release()
+    if outcome.broken_environment:
+        return 1
     return 130 if outcome.interrupted else 0
 
 
@@ -164,7 +169,7 @@ def load_setup(folder: Path) -> Setup:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The summary, and DIR/report.html + DIR/plots/*.png + DIR/best/report.md from disk."""
-    from tuner.output import confirm_text
+    from tuner.output import broken, confirm_text
     from tuner.output.results import search_rows, summary_lines, write_table
     from tuner.run.finish import ReportError, decision_data, write_reports
 
@@ -173,6 +178,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if df.empty:
         raise CliError(f"{args.dir}: no trial has been recorded yet")
     for line in summary_lines(search_rows(df), setup.objective, list(setup.space.domains)):
+        print(line)
+    environment = broken.load(setup.out_dir)
+    for line in broken.lines(environment, setup.out_dir) if environment else []:
         print(line)
     data = confirm_text.load(setup.out_dir) or decision_data(setup, df, "no confirm stage ran")
     for line in confirm_text.lines(data):
