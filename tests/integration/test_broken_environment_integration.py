@@ -26,6 +26,7 @@ def test_a_server_that_cannot_start_stops_the_search(tmp_path: Path) -> None:
                                                "--rounds", "1", "--confirm", "3",
                                                "--no-dashboard", server=server)], timeout=200)
             resumed = exp.run(["run", "--resume", str(exp.out)], timeout=60)
+            reported = exp.run(["report", str(exp.out)], timeout=60)
         finally:
             left = exp.cleanup()
     assert not left, left
@@ -52,3 +53,5 @@ def test_a_server_that_cannot_start_stops_the_search(tmp_path: Path) -> None:
     assert resumed.returncode == 2, resumed
     assert resumed.stderr.count("\n") == 1 and "broken" in resumed.stderr
     assert len([e for e in exp.journal() if e.get("event") == "start"]) == 1
+    # `servetune report` tells the same story from disk.
+    assert "The environment, not a setting, is broken" in reported.stdout, reported

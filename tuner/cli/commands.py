@@ -172,9 +172,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tuner.output import broken, confirm_text
     from tuner.output.results import search_rows, summary_lines, write_table
     from tuner.run.finish import ReportError, decision_data, write_reports
+    from tuner.run.lock import holder
 
     setup = load_setup(Path(args.dir))
-    df = write_table(setup.out_dir, setup.objective, setup.space.baseline())
+    # During a run its driver owns the trials' records: in-flight trials read as running.
+    df = write_table(setup.out_dir, setup.objective, setup.space.baseline(),
+                     running=holder(setup.out_dir) is not None)
     if df.empty:
         raise CliError(f"{args.dir}: no trial has been recorded yet")
     for line in summary_lines(search_rows(df), setup.objective, list(setup.space.domains)):
