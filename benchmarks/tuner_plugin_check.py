@@ -17,6 +17,7 @@ Building the plugin (never part of this repository), on the GPU machine, for the
 torch loads (``python -c "import torch; print(torch.cuda.nccl.version())"``):
     git clone --depth 1 --branch v<that version>-1 https://github.com/NVIDIA/nccl /tmp/nccl-src
     make -C /tmp/nccl-src/plugins/tuner/example   # -> libnccl-tuner-example.so
+(a plugin newer than the NCCL that loads it is refused: the log then says "unsupported").
 
 Needs the repository, torch and the built plugin; no Ray. ``--device cpu`` is a dry run of
 the script itself (gloo: no NCCL, so no plugin either). Prints a short table last.
@@ -307,7 +308,9 @@ def main() -> int:
               + (f"  FAILED: {failures[0]}" if failures else ""))
     print(f"NCCL's choices (algorithm, protocol, channels per collective and size): "
           f"{'the same in both runs' if same else 'DIFFER between the runs'}")
-    print(f"plugin: {'loaded' if loaded else 'NOT loaded'}, {applied} rule applications logged")
+    print(f"plugin: {'loaded' if loaded else 'NOT loaded'}, {applied} rule applications logged"
+          + (" (a plugin that logs them below INFO shows none: NCCL's choices are the evidence)"
+             if loaded and not applied else ""))
     print(verdict(env_ms, plugin_ms))
     failed = any(r.failure for r in runs)
     return 1 if failed or (args.device == "cuda" and not (loaded and same)) else 0
