@@ -86,6 +86,23 @@ def test_speculative_decoding_is_checked_without_it(confirmed_run: Run) -> None:
     assert verdict["text"].startswith("Speculative decoding pays off here")
 
 
+def test_the_reference_has_no_verify_or_draft_time(confirmed_run: Run) -> None:
+    """Issue 16, item 7, end to end: the speculative-off reference measures throughput, and
+    verify ms and draft ms are missing in its results (never 0.0), so the table, the report and
+    the verdict compare nothing against a made-up zero."""
+    exp = confirmed_run.exp
+    [ref] = [e["trial_id"] for e in _starts(exp) if e.get("variant") == "no_speculative"]
+    rounds = [e for e in exp.journal() if e.get("event") == "result" and e["trial_id"] == ref]
+    assert rounds and all(e["output_throughput"] > 0 for e in rounds)
+    assert all(e.get("verify_ms") is None and e.get("draft_ms") is None for e in rounds), rounds
+    row = exp.table().set_index("trial_id").loc[ref]
+    for column in ("verify_ms", "draft_ms"):
+        assert column not in row or pd.isna(row[column]), row
+    record = exp.record(ref)
+    assert all(r.get("verify_ms") is None and r.get("draft_ms") is None
+               for r in record["rounds"]), record["rounds"]
+
+
 def test_results_and_progress_show_the_phase(confirmed_run: Run) -> None:
     exp, result = confirmed_run.exp, confirmed_run.result
     table = exp.table()
