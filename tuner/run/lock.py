@@ -69,7 +69,7 @@ class DriverLock:
             os.close(fd)  # closing the only descriptor drops the flock
 
     def __enter__(self) -> DriverLock:
-        return self.acquire()
+        return self if self._fd is not None else self.acquire()
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:

@@ -62,6 +62,13 @@ def test_the_lock_is_exclusive_within_one_process_too(tmp_path: Path) -> None:
         DriverLock(tmp_path).acquire()
 
 
+def test_a_held_lock_enters_a_with_block_as_it_is(tmp_path: Path) -> None:
+    lock = DriverLock(tmp_path).acquire()
+    with lock as same:
+        assert same is lock and holder(tmp_path) == os.getpid()
+    assert holder(tmp_path) is None
+
+
 def test_children_of_the_driver_do_not_inherit_the_lock(tmp_path: Path) -> None:
     """A server that outlives its driver must not keep the folder locked."""
     lock = DriverLock(tmp_path).acquire()
