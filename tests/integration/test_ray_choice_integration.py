@@ -13,9 +13,13 @@ and are killed by it, never by name):
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from launchers.process import MARKER_ENV, free_port, kill_processes, marked_processes
+from launchers.process import MARKER_ENV, free_port, marked_processes
 from tests.integration.servetune_runs import Experiment, env_for, ray_tmpdir
 
 pytestmark = pytest.mark.integration
@@ -55,8 +59,16 @@ class RayStart:
             return False
 
     def kill(self) -> None:
-        """An unclean stop: SIGKILL to every daemon, Ray's files left as they are."""
-        kill_processes([m.pid for m in marked_processes(self.marker)], grace=0.0)
+        """An unclean stop: SIGKILL to every daemon (and to any it starts meanwhile), Ray's
+        files left as they are."""
+        deadline = time.monotonic() + 20
+        while (left := marked_processes(self.marker)) and time.monotonic() < deadline:
+            for m in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(m.pid, signal.SIGKILL)
+            time.sleep(0.2)
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 @pytest.fixture
