@@ -256,6 +256,11 @@ def main() -> int:
     from tuner.output.tuner_csv import RULE_KNOBS, tuner_csv, tuner_rules
 
     workload, config, rules_file = settings(args)
+    if not any(config.get(k) is not None for k in RULE_KNOBS):
+        print(f"tuner_plugin_check: the settings leave {', '.join(RULE_KNOBS)} to NCCL: nothing "
+              "for the plugin to do (without rules it runs every collective on one channel); "
+              "check settings that set them (--pin, without an experiment)", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     experiment = f"tuner-plugin-check-{os.getpid()}"
     plugin_config = {**config, **{k: None for k in RULE_KNOBS}}
@@ -271,6 +276,9 @@ def main() -> int:
                 if rules_file is not None:
                     print(f"{rules_file} holds no rules: exporting them from this env run")
                 rules, notes = tuner_rules(config, env.effective, args.ranks)
+                if not rules and args.device == "cuda":
+                    print("no rules from the env run's NCCL log: " + "; ".join(notes))
+                    return 1
                 rules_file = args.out / "nccl-tuner.csv"
                 rules_file.write_text(tuner_csv(rules, notes, experiment, f"launch {env.label}"))
             with_plugin = {"NCCL_TUNER_PLUGIN": str(plugin),
