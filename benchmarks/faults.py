@@ -15,7 +15,8 @@ Scenarios:
   hang before ready, death in the middle of a round, SIGTERM ignored, grandchildren in a
   new session, and a slow config that ASHA stops while its server is up with rounds left.
   Leaks are told apart by the trial part of the marker. Clean-up = the trial's teardown.
-- port already taken: another process listens on the server port before the run.
+- port already taken: another process listens on the server port before the run: the
+  baseline fails port_busy, and the search stops there (the environment, not a setting).
 - driver SIGINT (Ctrl-C to the whole foreground job) in the middle of trial 2, then
   ``--resume``. Clean-up = from the signal until servetune has returned.
 - driver SIGKILL in the middle of trial 2 (its servers start setsid grandchildren that
@@ -44,6 +45,7 @@ import psutil
 from benchmarks._common import machine, with_root_on_path
 from launchers.process import LOCALHOST, Marked, free_port
 from tests.integration.servetune_runs import Experiment, Result, ray_tmpdir, stand_in
+from tuner.output.files import BROKEN_JSON
 
 
 @dataclass
@@ -180,8 +182,10 @@ def port_taken(root: Path, ray_tmp: Path) -> list[Outcome]:
             table = exp.table()
             kinds = set(table["failure_kind"].dropna())
             out.recorded = ",".join(sorted(kinds)) or "-"
-            if result.returncode != 0 or len(table) != 2:
-                out.problems.append(f"exit {result.returncode}, {len(table)} trials")
+            if result.returncode != 1 or len(table) != 1 or \
+                    not (exp.out / BROKEN_JSON).exists():
+                out.problems.append(f"exit {result.returncode}, {len(table)} trials (expected: "
+                                    "exit 1 after the baseline, a broken environment)")
             times = [exp.record(t)["timings"].get("teardown_s") for t in exp.trial_ids()]
             out.cleanup_s = max((t for t in times if t is not None), default=None)
         finally:

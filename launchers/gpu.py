@@ -15,20 +15,24 @@ log = logging.getLogger(__name__)
 _nvml_state: dict[str, Any] = {}
 
 
-def _nvml() -> Any | None:
-    """The initialised pynvml module, or None (told once) when NVML is unavailable."""
-    if "module" in _nvml_state:
-        return _nvml_state["module"]
-    module = None
-    try:
-        import pynvml
+def _nvml(tell: bool = True) -> Any | None:
+    """The initialised pynvml module, or None when NVML is unavailable (told once, to the
+    first caller that checks hygiene; counting GPUs alone is no reason to warn)."""
+    if "module" not in _nvml_state:
+        module = None
+        try:
+            import pynvml
 
-        pynvml.nvmlInit()
-        module = pynvml
-    except Exception as err:  # ImportError, NVMLError_LibraryNotFound, driver missing
-        log.warning("NVML not available (%s): GPU hygiene checks are skipped", err)
-    _nvml_state["module"] = module
-    return module
+            pynvml.nvmlInit()
+            module = pynvml
+        except Exception as err:  # ImportError, NVMLError_LibraryNotFound, driver missing
+            _nvml_state["error"] = err
+        _nvml_state["module"] = module
+    if _nvml_state["module"] is None and tell and not _nvml_state.get("told"):
+        _nvml_state["told"] = True
+        log.warning("NVML not available (%s): GPU hygiene checks are skipped",
+                    _nvml_state.get("error"))
+    return _nvml_state["module"]
 
 
 def available() -> bool:
@@ -36,7 +40,7 @@ def available() -> bool:
 
 
 def device_count() -> int:
-    nvml = _nvml()
+    nvml = _nvml(tell=False)
     return int(nvml.nvmlDeviceGetCount()) if nvml else 0
 
 

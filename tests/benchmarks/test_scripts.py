@@ -8,6 +8,7 @@ launched at most twice), the smoke run asserts it at small scale, so that it can
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -113,3 +114,18 @@ def test_search_efficiency_crashing_value_launched_at_most_twice() -> None:
     assert int(launches["random"]) > 2, crash  # the count does see repeated crashes
     rows = {line.split()[0]: line for line in lines if line.startswith("  staged+fa ")}
     assert rows["staged+fa"].endswith("NCCL_ALGO=Tree"), rows  # ruled out, and said so
+
+
+def test_tuner_plugin_check(tmp_path: Path) -> None:
+    """A dry run on CPU (gloo: no NCCL, no plugin): both launches, the rules exported from the
+    env run, the table and the verdict line."""
+    lines = run_script("tuner_plugin_check", "--device", "cpu", "--model-config", "tiny",
+                       "--plugin", str(tmp_path / "not-built.so"), "--rounds", "2",
+                       "--pin", "NCCL_PROTO=LL", "--out", str(tmp_path / "check"))
+    assert re.fullmatch(rf"verify ms: plugin {NUMBER} vs env {NUMBER} \([+-]{NUMBER}%; spread "
+                        rf"max-min/mean {NUMBER}%\): (within|OUTSIDE) noise", lines[-1]), lines[-1]
+    assert re.fullmatch(r"env +1 +1 +.*", lines[-5]), lines[-7:]
+    assert re.fullmatch(r"plugin +1 +1 +.*", lines[-4]), lines[-7:]
+    assert (tmp_path / "check" / "nccl-tuner.csv").is_file()
+    plan = json.loads((tmp_path / "check" / "plugin-0" / "plan.json").read_text())
+    assert "NCCL_PROTO" in plan["unset_env"] and "NCCL_PROTO" not in plan["env"]

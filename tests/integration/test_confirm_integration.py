@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import Counter
@@ -86,6 +87,23 @@ def test_speculative_decoding_is_checked_without_it(confirmed_run: Run) -> None:
     assert verdict["text"].startswith("Speculative decoding pays off here")
 
 
+def test_the_reference_has_no_verify_or_draft_time(confirmed_run: Run) -> None:
+    """Issue 16, item 7, end to end: the speculative-off reference measures throughput, and
+    verify ms and draft ms are missing in its results (never 0.0), so the table, the report and
+    the verdict compare nothing against a made-up zero."""
+    exp = confirmed_run.exp
+    [ref] = [e["trial_id"] for e in _starts(exp) if e.get("variant") == "no_speculative"]
+    rounds = [e for e in exp.journal() if e.get("event") == "result" and e["trial_id"] == ref]
+    assert rounds and all(e["output_throughput"] > 0 for e in rounds)
+    assert all(e.get("verify_ms") is None and e.get("draft_ms") is None for e in rounds), rounds
+    row = exp.table().set_index("trial_id").loc[ref]
+    for column in ("verify_ms", "draft_ms"):
+        assert column not in row or pd.isna(row[column]), row
+    record = exp.record(ref)
+    assert all(r.get("verify_ms") is None and r.get("draft_ms") is None
+               for r in record["rounds"]), record["rounds"]
+
+
 def test_results_and_progress_show_the_phase(confirmed_run: Run) -> None:
     exp, result = confirmed_run.exp, confirmed_run.result
     table = exp.table()
@@ -146,3 +164,35 @@ def test_confirm_0_skips_the_stage(tmp_path: Path) -> None:
     assert "--confirm 0" in data["decision"]["text"]
     table = pd.read_csv(exp.out / "results.csv")
     assert set(table["phase"]) == {"search"}
+
+
+def test_confirm_launches_never_overlap_on_a_machine_without_gpus(tmp_path: Path) -> None:
+    """Issue 16, item 3: without GPUs a trial holds one CPU, and Ray (told of 4 CPUs here)
+    would run 4 at once; every phase runs one trial per node, the confirm stage too. Read from
+    results.jsonl's start and end times."""
+    with ray_tmpdir() as ray_tmp:
+        exp = Experiment.create(tmp_path, ray_tmp)
+        args = exp.args("--space", "nccl-pcie", "--samples", "3", "--rounds", "1",
+                        "--confirm", "2", "--confirm-top", "1", "--scheduler", "fifo",
+                        "--no-dashboard", "--num-cpus", "4")
+        args[args.index("--num-gpus"):args.index("--num-gpus") + 2] = []
+        try:
+            result = exp.run(["run", *args], timeout=240)
+        finally:
+            left = exp.cleanup()
+    assert not left
+    assert result.returncode == 0, result
+    assert "each trial holds no GPU(s); at most 1 trial(s) at once" in result.stdout
+    spans: dict[str, list[float]] = {}
+    phase: dict[str, str] = {}
+    for e in exp.journal():
+        if e.get("event") == "start":
+            spans[e["trial_id"]] = [e["time"], float("inf")]
+            phase[e["trial_id"]] = e.get("phase", "search")
+        elif e.get("event") == "end":
+            spans[e["trial_id"]][1] = e["time"]
+    assert Counter(phase.values()) == Counter({"search": 3, "confirm": 4}), phase
+    ordered = sorted((start, end, tid) for tid, (start, end) in spans.items())
+    for (_, end, a), (start, _, b) in itertools.pairwise(ordered):
+        assert end <= start, f"{phase[a]} {a} ran until {end:.3f}, {phase[b]} {b} began at " \
+            f"{start:.3f}"

@@ -9,8 +9,7 @@ import subprocess
 import pytest
 
 from tests.integration.conftest import Run
-from tests.tuner.output.test_exports import plugin_rules
-from tuner.output.tuner_csv import TUNER_COLUMNS
+from tests.tuner.output.test_tuner_csv import plugin_choice, plugin_load
 
 pytestmark = pytest.mark.integration
 
@@ -20,15 +19,20 @@ def test_exports_of_a_real_run(confirmed_run: Run) -> None:
     best = json.loads((out / "best.json").read_text())
     assert best["decision"] == "confirmed" and best["confirmed"]["n"] == 3
     config = best["config"]
-    # nccl-tuner.csv: one allreduce rule the plugin accepts, matching the chosen settings.
-    [rule] = plugin_rules((out / "best" / "nccl-tuner.csv").read_text())
+    # nccl-tuner.csv: what NCCL ran in the winning trial, read back with the plugin's rules.
+    text = (out / "best" / "nccl-tuner.csv").read_text()
+    rules = plugin_load(text)
+    effective = json.loads((out / best["trial_id"] / "effective.json").read_text())
+    assert rules and effective["choices"], text
+    for c in effective["choices"]:
+        coll = c["collective"].lower()
+        assert plugin_choice(rules, coll, c["bytes"], ranks=8) == \
+            (c["algo"].lower(), c["proto"].lower(), c["channels"]), (c, text)
     algo = (config.get("NCCL_ALGO") or "").split(":")[-1].lower()
     if algo:
-        assert rule["algorithm"] == algo
-    if config.get("NCCL_PROTO"):
-        assert rule["protocol"] == str(config["NCCL_PROTO"]).lower()
-    assert (rule["nNodes"], rule["nRanks"]) == (1, 8)
-    assert best["nccl_tuner_rule"] == ",".join(str(rule[c]) for c in TUNER_COLUMNS)
+        assert {r.algorithm for r in rules if r.collective == "allreduce"} == {algo}
+    assert all((r.nodes, r.ranks) == (1, 8) and r.channels >= 1 for r in rules)
+    assert best["nccl_tuner_rules"] == [ln for ln in text.splitlines() if ln[:1].isalpha()]
     # launch.sh and env: the chosen env without servetune's measuring variables.
     launch = (out / "best" / "launch.sh").read_text()
     subprocess.run(["bash", "-n", str(out / "best" / "launch.sh")], check=True)

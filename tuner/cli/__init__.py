@@ -79,7 +79,8 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--server-arg", action="append", default=[], metavar="ARGS",
                    help="extra server arguments (repeatable; shell-split)")
     w.add_argument("--server-cmd", help="replaces 'sglang serve' (a venv, a container, a stand-in)")
-    w.add_argument("--port", type=int, help="server port (sglang default 30000; 0: free port)")
+    w.add_argument("--port", type=int, help="server port (default: a free port per trial, so that "
+                   "experiments never collide; best/launch.sh uses the server's own default)")
     w.add_argument("--ready-timeout", type=float, help="seconds to wait for readiness")
     w.add_argument("--stop-grace", type=float, help="seconds between SIGTERM and SIGKILL when "
                    "a server stops (default 10)")

@@ -8,15 +8,18 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launchers.registry import screenable
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, load, preset_names
 from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_from_args
-from tuner.output.files import BEST_DIR
+from tuner.output.files import BEST_DIR, BROKEN_JSON
 from tuner.setup import Setup, prepare
 from tuner.spec import SPEC_FILE, ExperimentSpec
+
+if TYPE_CHECKING:
+    from tuner.run.lock import DriverLock
 
 
 def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
@@ -63,31 +66,57 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tuner.run import experiment
+    from tuner.run.lock import ExperimentBusy, holder
 
     if args.resume:
         folder = Path(args.resume).resolve()
         spec = ExperimentSpec.load(folder).model_copy(update={"out_dir": folder})
         from tuner.run.fit import started
 
+        lock = hold(folder)
         if not started(folder):
             raise CliError(f"{args.resume}: the experiment never started (no tuner.pkl)")
+        if (folder / BROKEN_JSON).exists():
+            raise CliError(f"{args.resume}: this search stopped because its environment was "
+                           f"broken ({BROKEN_JSON}): fix it and start a new experiment")
         resume = True
     else:
         spec = spec_from_args(args)
+        running = holder(spec.out_dir)
+        if running is not None:
+            raise CliError(str(ExperimentBusy(spec.out_dir, running)))
         if (spec.out_dir / SPEC_FILE).exists():
             raise CliError(f"{spec.out_dir} already holds an experiment: use --resume "
                            f"{spec.out_dir} or another --out")
         resume = False
-    check_before_launch(spec, resume=resume)
-    if spec.address is not None and args.address is None and not args.resume:
-        print(f"Ray: joining the cluster at {spec.address} (from RAY_ADDRESS)", flush=True)
-    if spec.screen is not None:
-        from tuner.run.screen import run_screened
+        lock = None
+    try:
+        check_before_launch(spec, resume=resume)
+        lock = lock or hold(spec.out_dir)
+        if spec.address is not None and args.address is None and not args.resume:
+            print(f"Ray: joining the cluster at {spec.address} (from RAY_ADDRESS)", flush=True)
+        if spec.screen is not None:
+            from tuner.run.screen import run_screened
 
-        outcome = run_screened(spec, resume=resume)
-    else:
-        outcome = experiment.run(spec, resume=resume)
+            outcome = run_screened(spec, resume=resume)
+        else:
+            outcome = experiment.run(spec, resume=resume)
+    finally:
+        if lock is not None:
+            lock.release()
+    if outcome.broken_environment:
+        return 1
     return 130 if outcome.interrupted else 0
+
+
+def hold(folder: Path) -> DriverLock:
+    """This process becomes the experiment's one driver (bad input if another one is)."""
+    from tuner.run.lock import DriverLock, ExperimentBusy
+
+    try:
+        return DriverLock(folder).acquire()
+    except ExperimentBusy as err:
+        raise CliError(str(err)) from None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -146,15 +175,21 @@ def load_setup(folder: Path) -> Setup:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The summary, and DIR/report.html + DIR/plots/*.png + DIR/best/report.md from disk."""
-    from tuner.output import confirm_text
+    from tuner.output import broken, confirm_text
     from tuner.output.results import search_rows, summary_lines, write_table
     from tuner.run.finish import ReportError, decision_data, write_reports
+    from tuner.run.lock import holder
 
     setup = load_setup(Path(args.dir))
-    df = write_table(setup.out_dir, setup.objective, setup.space.baseline())
+    # During a run its driver owns the trials' records: in-flight trials read as running.
+    df = write_table(setup.out_dir, setup.objective, setup.space.baseline(),
+                     running=holder(setup.out_dir) is not None)
     if df.empty:
         raise CliError(f"{args.dir}: no trial has been recorded yet")
     for line in summary_lines(search_rows(df), setup.objective, list(setup.space.domains)):
+        print(line)
+    environment = broken.load(setup.out_dir)
+    for line in broken.lines(environment, setup.out_dir) if environment else []:
         print(line)
     data = confirm_text.load(setup.out_dir) or decision_data(setup, df, "no confirm stage ran")
     for line in confirm_text.lines(data):
@@ -228,7 +263,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         problems = setup.space.validate(target.config)
         if problems:
             raise CliError(f"{target.label}: {problems[0]}")
-    doc = profile.profile_experiment(setup, targets, steps=args.steps)
+    with hold(setup.out_dir):  # it launches servers: not while a run drives the folder
+        doc = profile.profile_experiment(setup, targets, steps=args.steps)
     return 0 if any(e["status"] == "ok" for e in doc["entries"]) else 1
 
 

@@ -2,7 +2,8 @@
 
 - ``launch.sh``: the env exports and the server argv, runnable as is;
 - ``env``: the same env as a dotenv file;
-- ``nccl-tuner.csv``: rules for NCCL's example tuner plugin (``tuner.output.tuner_csv``);
+- ``nccl-tuner.csv``: what NCCL ran, as rules for NCCL's example tuner plugin
+  (``tuner.output.tuner_csv``);
 - ``report.md``: what was searched, how, the decision with its evidence, failures by kind.
 
 and DIR/best.json (machine-readable).
@@ -19,7 +20,7 @@ import pandas as pd
 
 from launchers.base import LaunchPlan
 from tuner.output.files import BEST_DIR, BEST_JSON, read_json, write_json
-from tuner.output.tuner_csv import tuner_csv, tuner_rule
+from tuner.output.tuner_csv import tuner_csv, tuner_rules
 from tuner.setup import Setup
 
 LAUNCH = "launch.sh"
@@ -86,7 +87,7 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
         else df
     entry = next((e for e in (confirm_data or {}).get("entries", [])
                   if e["label"] == decision.get("label")), None)
-    rule, notes = tuner_rule(config, _trial_effective(out, tid), _ranks(df, tid, setup))
+    rules, notes = tuner_rules(config, _trial_effective(out, tid), _ranks(df, tid, setup))
     best = {
         "trial_id": tid, "metric": setup.objective.metric, "mode": setup.objective.mode,
         "score": _float(row["score"]) if row is not None else None,
@@ -97,7 +98,7 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
         "confirmed": entry["objective"] if entry else None,
         "config": dict(config), "argv": list(plan.argv), "env": dict(plan.env),
         "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
-        "nccl_tuner_rule": rule.csv_line() if rule else None,
+        "nccl_tuner_rules": [r.csv_line() for r in rules],
         "limits": [lim.text() for lim in setup.objective.limits],
     }
     levels = (confirm_data or {}).get("per_level") or []
@@ -109,7 +110,8 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
     folder = out / BEST_DIR
     write_launch(folder, plan)
     write_env(folder, plan)
-    (folder / TUNER_CSV).write_text(tuner_csv(rule, notes, setup.spec.name))
+    (folder / TUNER_CSV).write_text(tuner_csv(rules, notes, setup.spec.name,
+                                              f"NCCL's TUNING log lines of trial {tid}"))
     return best
 
 

@@ -18,6 +18,7 @@ RULED_OUT_JSON = "ruled_out.json"
 STAGES_JSON = "stages.json"
 RUN_JSON = "run.json"
 INPUTS_JSON = "inputs.json"  # what the workload measures with (its prompts)
+BROKEN_JSON = "broken_environment.json"  # why the search stopped: the environment, not a setting
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -5,6 +5,7 @@ show."""
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,8 +30,12 @@ SPLITS = (
 
 
 def _save(fig: Figure, path: Path) -> None:
+    """Written whole, then renamed: a ``report`` during a run and the run's own end may
+    render the same plot at once, and each reads back a complete file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fig.savefig(tmp, dpi=DPI, bbox_inches="tight", facecolor="white", format="png")
+    tmp.replace(path)
 
 
 def _phase(df: pd.DataFrame, phase: str) -> pd.DataFrame:

@@ -322,9 +322,10 @@ def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any]
     shown = []
     for plot, draw in candidates:
         path = folder / plot.file
-        path.unlink(missing_ok=True)
         if draw(path):
             shown.append(plot)
+        else:  # a plot of an earlier state with nothing to show now
+            path.unlink(missing_ok=True)
     return shown
 
 

@@ -1,11 +1,28 @@
-"""``best/nccl-tuner.csv``: the chosen allreduce algorithm, protocol and channels as rules for
-NCCL's example tuner plugin (NVIDIA/nccl ``plugins/tuner/example``), the production-safe way
-to ship what NCCL calls debug-only env knobs."""
+"""``best/nccl-tuner.csv``: what NCCL ran under the chosen settings, as rules for NCCL's example
+tuner plugin (NVIDIA/nccl ``plugins/tuner/example``), the production-safe way to ship what
+NCCL calls debug-only env knobs (NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS).
+
+How the plugin reads the file, and what follows from it (shared/reference/nccl.md):
+- lines of at most 255 bytes; ``#`` lines and empty lines are skipped; 8 to 10 fields;
+- the first rule that matches a collective's type, size, node and rank counts wins, and
+  its algorithm/protocol are made the cheapest; its channel count is used as given;
+- before it looks for a rule the plugin sets the collective's channels to 1: a rule with
+  channels -1 and a collective that no rule matches both run on ONE channel.
+
+So every rule here carries the channel count NCCL itself used (its TUNING log lines in the
+decided trial's effective.json), and there is a rule for every collective type the run issued,
+binned by the message sizes it issued: consecutive sizes with the same choice share one bin,
+bins meet halfway (geometrically) between measured sizes, the first starts at 0 and the last
+covers every larger size. Sizes are as the plugin sees them: NCCL logs one rank's part of an
+all-gather or reduce-scatter; the plugin gets the whole buffer (that part x ranks).
+"""
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from search_spaces.knobs import selector_for
@@ -13,108 +30,141 @@ from search_spaces.knobs import selector_for
 # The plugin's CSV columns, in its order (numPipeOps and regBuff optional; -1 = any).
 TUNER_COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol",
                  "channels", "nNodes", "nRanks", "numPipeOps", "regBuff")
-ALL_BYTES = (0, 4294967295)  # the plugin's "covers all sizes"
-# NCCL_ALGO / NCCL_PROTO tokens (and NCCL's log spellings, lowercased) -> the plugin's names.
+MAX_BYTES = 2**64 - 1  # the plugin reads sizes with strtoull into a size_t
+# NCCL's names (NCCL_ALGO tokens and its log's spellings, lowercased, '_' dropped) -> plugin's.
 PLUGIN_ALGORITHMS = {"ring": "ring", "tree": "tree", "collnetdirect": "collnet_direct",
                      "collnetchain": "collnet_chain", "nvls": "nvls", "nvlstree": "nvls_tree",
                      "pat": "pat"}
 PLUGIN_PROTOCOLS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
-CHANNEL_KNOBS = ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+PLUGIN_COLLECTIVES = {"broadcast": "broadcast", "reduce": "reduce", "allgather": "allgather",
+                      "reducescatter": "reducescatter", "allreduce": "allreduce"}
+WHOLE_BUFFER = frozenset({"allgather", "reducescatter"})  # plugin size = logged size x ranks
+RULE_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
 PLUGIN_LINE_MAX = 255  # the plugin reads lines with fgets into 256 bytes
 
 
-@dataclass
+@dataclass(frozen=True)
 class TunerRule:
+    collective: str
+    min_bytes: int
+    max_bytes: int
     algorithm: str
     protocol: str
-    channels: int = -1
+    channels: int
     nodes: int = 1
     ranks: int = -1
-    collective: str = "allreduce"
-    sources: list[str] = field(default_factory=list)
 
     def csv_line(self) -> str:
-        cells = [self.collective, *ALL_BYTES, self.algorithm, self.protocol, self.channels,
-                 self.nodes, self.ranks, -1, -1]
+        cells = [self.collective, self.min_bytes, self.max_bytes, self.algorithm, self.protocol,
+                 self.channels, self.nodes, self.ranks, -1, -1]
         return ",".join(str(c) for c in cells)
 
 
-def _norm(name: str) -> str:
-    return name.strip().lower().replace("_", "")
+@dataclass(frozen=True)
+class _Ran:
+    """One choice NCCL logged, in the plugin's names and sizes."""
+
+    collective: str
+    nbytes: int
+    algorithm: str
+    protocol: str
+    channels: int
+
+    @property
+    def choice(self) -> tuple[str, str, int]:
+        return self.algorithm, self.protocol, self.channels
 
 
-def _single(value: Any, table: Mapping[str, str], knob: str) -> tuple[str | None, str | None]:
-    """The plugin's name for the one token ``value`` selects for allreduce, or a reason."""
-    tokens = selector_for(value, "allreduce")
-    if tokens is None:
-        return None, None
-    if len(tokens) != 1 or tokens[0].startswith("^") or _norm(tokens[0]) not in table:
-        return None, f"{knob}={value} selects no single allreduce choice the plugin can express"
-    return table[_norm(tokens[0])], None
+def _norm(name: Any) -> str:
+    return str(name).strip().lower().replace("_", "")
 
 
-def _from_log(effective: Mapping[str, Any] | None, key: str, table: Mapping[str, str]
-              ) -> str | None:
-    """What NCCL's own log says it chose for allreduce, when it chose one thing."""
-    choices = [c for c in (effective or {}).get("choices") or []
-               if str(c.get("collective", "")).lower() == "allreduce"]
-    names = {table.get(_norm(str(c.get(key, "")))) for c in choices}
-    return names.pop() if len(names) == 1 and None not in names else None
+def _logged(effective: Mapping[str, Any] | None, ranks: int, notes: list[str]) -> list[_Ran]:
+    out, skipped = [], set()
+    for c in (effective or {}).get("choices") or []:
+        coll = PLUGIN_COLLECTIVES.get(_norm(c.get("collective")))
+        algo = PLUGIN_ALGORITHMS.get(_norm(c.get("algo")))
+        proto = PLUGIN_PROTOCOLS.get(_norm(c.get("proto")))
+        channels, nbytes = c.get("channels"), c.get("bytes")
+        if coll is None or algo is None or proto is None or not isinstance(channels, int) \
+                or channels < 1 or not isinstance(nbytes, int):
+            skipped.add(f"{c.get('collective')} {c.get('algo')}/{c.get('proto')}")
+            continue
+        out.append(_Ran(coll, nbytes * (ranks if coll in WHOLE_BUFFER else 1), algo, proto,
+                        channels))
+    if skipped:
+        notes.append("not expressible as a rule of the plugin (left to NCCL, on 1 channel): "
+                     + ", ".join(sorted(skipped)))
+    return out
 
 
-def tuner_rule(config: Mapping[str, Any], effective: Mapping[str, Any] | None,
-               ranks: int | None) -> tuple[TunerRule | None, list[str]]:
-    """The allreduce rule for the plugin: algorithm and protocol from NCCL_ALGO/NCCL_PROTO,
-    filled in from NCCL's log where the config left one to NCCL; channels from the channel
-    knobs (-1: NCCL's choice). None (with the reasons) when nothing is set or expressible."""
-    notes: list[str] = []
-    algo, why_algo = _single(config.get("NCCL_ALGO"), PLUGIN_ALGORITHMS, "NCCL_ALGO")
-    proto, why_proto = _single(config.get("NCCL_PROTO"), PLUGIN_PROTOCOLS, "NCCL_PROTO")
-    notes += [w for w in (why_algo, why_proto) if w]
-    channel_set = {k: config.get(k) for k in CHANNEL_KNOBS if config.get(k) is not None}
-    if algo is None and proto is None and not channel_set:
-        notes.append("the configuration leaves the allreduce algorithm, protocol and channels "
-                     "to NCCL: no rule")
-        return None, notes
-    sources = []
-    if algo is not None:
-        sources.append(f"algorithm from NCCL_ALGO={config.get('NCCL_ALGO')}")
-    else:
-        algo = _from_log(effective, "algo", PLUGIN_ALGORITHMS)
-        sources.append("algorithm as NCCL chose it (its log)")
-    if proto is not None:
-        sources.append(f"protocol from NCCL_PROTO={config.get('NCCL_PROTO')}")
-    else:
-        proto = _from_log(effective, "proto", PLUGIN_PROTOCOLS)
-        sources.append("protocol as NCCL chose it (its log)")
-    if algo is None or proto is None:
-        notes.append("NCCL's log does not name one allreduce "
-                     f"{'algorithm' if algo is None else 'protocol'}: no rule")
-        return None, notes
-    channels = -1
-    if channel_set:
-        logged = {int(c["channels"]) for c in (effective or {}).get("choices") or []
-                  if str(c.get("collective", "")).lower() == "allreduce"
-                  and isinstance(c.get("channels"), int)}
-        low, high = config.get("NCCL_MIN_NCHANNELS"), config.get("NCCL_MAX_NCHANNELS")
-        if len(logged) == 1:
-            channels = logged.pop()
-            sources.append(f"channels as NCCL used them under "
-                           f"{', '.join(f'{k}={v}' for k, v in channel_set.items())}")
-        elif low is not None and low == high:
-            channels = int(low)
-            sources.append(f"channels from NCCL_MIN/MAX_NCHANNELS={low}")
-        elif high is not None:
-            channels = int(high)
-            sources.append(f"channels from NCCL_MAX_NCHANNELS={high} (an upper bound in env)")
+def _bins(ran: Sequence[_Ran], notes: list[str]) -> list[tuple[int, int, tuple[str, str, int]]]:
+    """(min, max, choice) bins over all sizes for one collective."""
+    by_size: dict[int, set[tuple[str, str, int]]] = defaultdict(set)
+    for r in ran:
+        by_size[r.nbytes].add(r.choice)
+    sizes = sorted(by_size)
+    picked = []
+    for size in sizes:
+        choices = sorted(by_size[size], key=lambda c: (-c[2], c))
+        if len(choices) > 1:
+            notes.append(f"{ran[0].collective} of {size} bytes ran {len(choices)} ways; the rule "
+                         f"keeps {'/'.join(map(str, choices[0]))} (the most channels)")
+        picked.append((size, choices[0]))
+    groups: list[list[tuple[int, tuple[str, str, int]]]] = []
+    for size, choice in picked:
+        if groups and groups[-1][-1][1] == choice:
+            groups[-1].append((size, choice))
         else:
-            notes.append(f"NCCL_MIN_NCHANNELS={low} is a lower bound: channels left to NCCL")
-    return TunerRule(algo, proto, channels, 1, ranks or -1, sources=sources), notes
+            groups.append([(size, choice)])
+    bins, low = [], 0
+    for i, group in enumerate(groups):
+        if i + 1 < len(groups):
+            last, nxt = group[-1][0], groups[i + 1][0][0]
+            high = max(last, min(nxt - 1, math.isqrt(last * nxt)))
+        else:
+            high = MAX_BYTES
+        bins.append((low, high, group[0][1]))
+        low = high + 1
+    return bins
+
+
+def tuner_rules(config: Mapping[str, Any], effective: Mapping[str, Any] | None,
+                ranks: int | None) -> tuple[list[TunerRule], list[str]]:
+    """The plugin's rules for a configuration, from what NCCL ran with it (``effective``:
+    the trial's effective.json), and notes for the file. No rules when the configuration
+    leaves the algorithm, protocol and channels to NCCL, or when NCCL's log names no choice."""
+    notes: list[str] = []
+    if not any(config.get(k) is not None for k in RULE_KNOBS):
+        notes.append("the configuration leaves the algorithm, protocol and channels to NCCL: "
+                     "no rules")
+        return [], notes
+    nranks = (effective or {}).get("nranks") or ranks or 0
+    ran = _logged(effective, int(nranks) if nranks and nranks > 0 else 1, notes)
+    if not ran:
+        notes.append("NCCL's log of the decided trial names no per-collective choice (its "
+                     "TUNING lines: NCCL_DEBUG_SUBSYS=TUNING, 2 or more ranks): no rules; "
+                     "ship the settings as env variables (best/env)")
+        return [], notes
+    rules = []
+    for coll in sorted({r.collective for r in ran}):
+        for low, high, (algo, proto, channels) in _bins([r for r in ran if r.collective == coll],
+                                                         notes):
+            rules.append(TunerRule(coll, low, high, algo, proto, channels, 1,
+                                   int(nranks) if nranks else -1))
+    wanted = selector_for(config.get("NCCL_ALGO"), "allreduce")
+    ran_algos = {r.algorithm for r in ran if r.collective == "allreduce"}
+    if wanted and len(wanted) == 1 and not wanted[0].startswith("^") and ran_algos and \
+            ran_algos != {PLUGIN_ALGORITHMS.get(_norm(wanted[0]))}:
+        notes.append(f"NCCL_ALGO={config.get('NCCL_ALGO')} asked for {wanted[0]}, NCCL ran "
+                     f"{', '.join(sorted(ran_algos))}: the rules follow what NCCL ran")
+    return rules, notes
 
 
 def _comment(text: str) -> list[str]:
     """``# text`` wrapped so that no line reaches the plugin's line limit."""
-    words, lines, line = text.split(), [], "#"
+    words = [w[i:i + 90] for w in text.split() for i in range(0, len(w), 90)]
+    lines, line = [], "#"
     for word in words:
         if len(line) + 1 + len(word) > 100:
             lines.append(line)
@@ -124,22 +174,41 @@ def _comment(text: str) -> list[str]:
     return lines
 
 
-def tuner_csv(rule: TunerRule | None, notes: Sequence[str], experiment: str) -> str:
+def tuner_csv(rules: Sequence[TunerRule], notes: Sequence[str], experiment: str,
+              source: str | None = None) -> str:
+    """The file: what it is, how to use it, what the plugin does outside its rules, the rules."""
     lines = _comment(f"NCCL tuner plugin rules written by servetune (experiment {experiment}).")
     lines += _comment("Format of NCCL's example tuner plugin (NVIDIA/nccl plugins/tuner/example); "
                       "lines starting with # are comments. Columns:")
     lines.append("# " + ",".join(TUNER_COLUMNS))
-    lines += _comment("Use: NCCL_TUNER_PLUGIN=<path to libnccl-tuner-example.so> "
-                      "NCCL_TUNER_CONFIG_FILE=<this file>, and drop NCCL_ALGO, NCCL_PROTO, "
-                      "NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS from the env. Other NCCL "
-                      "settings stay in the env (best/env).")
-    if rule is not None:
-        lines += _comment("; ".join(rule.sources) + ".")
-        lines.append(rule.csv_line())
+    if rules:
+        colls = sorted({r.collective for r in rules})
+        lines += _comment(
+            "Use: NCCL_TUNER_PLUGIN=<path to the built plugin .so> NCCL_TUNER_CONFIG_FILE=<this "
+            "file>, and drop NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS "
+            "from the env; other NCCL settings stay in it (best/env).")
+        lines += _comment(
+            f"The rules are what NCCL ran under the chosen env settings{f' ({source})' if source else ''}: "
+            "algorithm, protocol and the channel count it used, for every collective type the "
+            f"run issued ({', '.join(colls)}), binned by the message sizes it issued; the first "
+            "bin starts at 0 bytes and the last covers every larger size. Sizes are as the "
+            "plugin sees them: an all-gather's or reduce-scatter's whole buffer. nRanks: only "
+            "communicators of that size match.")
+        others = sorted(set(PLUGIN_COLLECTIVES.values()) - set(colls))
+        lines += _comment(
+            "Outside these rules this plugin runs a collective on ONE channel: it sets the "
+            "channel count to 1 before it looks for a rule, so a collective no rule matches "
+            f"({', '.join(others) or 'none here'}, or a communicator of another size) keeps "
+            "NCCL's own algorithm and protocol but gets 1 channel, and so would a rule with "
+            "channels -1 (none is written).")
+        lines += [r.csv_line() for r in rules]
     else:
-        lines += _comment("No rule: do not load the plugin for these settings.")
+        lines += _comment("No rules: do not load the plugin for these settings (it would run "
+                          "every collective on one channel).")
     for note in notes:
         lines += _comment(note)
     text = "\n".join(lines) + "\n"
-    assert all(len(line) < PLUGIN_LINE_MAX for line in lines)
+    too_long = [line for line in lines if len(line) >= PLUGIN_LINE_MAX]
+    if too_long:
+        raise ValueError(f"a line the plugin would cut: {too_long[0][:80]}...")
     return text

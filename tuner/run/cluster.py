@@ -20,6 +20,7 @@ from launchers import gpu, process
 from tuner.spec import ExperimentSpec, SpecError
 
 ADDRESS_ENV = "RAY_ADDRESS"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
 @dataclass
@@ -42,6 +43,19 @@ def check_address(address: str, timeout: float = 3.0) -> None:
             pass
     except OSError as err:
         raise SpecError(f"--address {address}: unreachable ({err.strerror or err})") from None
+
+
+def join_failure(address: str, err: BaseException) -> str:
+    """One line for a cluster that would not let this driver in. Ray 2.60 turns token auth on
+    by itself only for a local cluster it finds on its own, never for an address given to it
+    (``--address`` or RAY_ADDRESS): joining a cluster with token auth needs RAY_AUTH_MODE=token
+    and the cluster's token (RAY_AUTH_TOKEN, or the file ~/.ray/auth_token)."""
+    text = f"{err} {err.__cause__ or ''}"
+    if "AuthToken" in text or "Authentication" in text:
+        return (f"--address {address}: the cluster requires token authentication: set "
+                f"{AUTH_MODE_ENV}=token, with the cluster's token in RAY_AUTH_TOKEN or "
+                "~/.ray/auth_token")
+    return f"--address {address}: could not join the cluster ({str(err).splitlines()[0]})"
 
 
 def check_joining(spec: ExperimentSpec) -> None:
@@ -86,8 +100,12 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
         else:
             check_joining(spec)
             check_address(str(spec.address))
-            info = ray.init(address=spec.address, log_to_driver=False,
-                            logging_level=logging.WARNING)
+            try:
+                info = ray.init(address=spec.address, log_to_driver=False,
+                                logging_level=logging.WARNING)
+            except ConnectionError as err:
+                ray.shutdown()
+                raise SpecError(join_failure(str(spec.address), err)) from None
     finally:
         for key, value in saved.items():
             if value is None:

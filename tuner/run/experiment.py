@@ -4,11 +4,13 @@ baseline first, early stopping, then the confirm stage and the end-of-run output
 from __future__ import annotations
 
 from launchers import process
+from tuner.output import broken
 from tuner.output.files import INPUTS_JSON, RUN_JSON, write_json
 from tuner.run import confirm, finish
 from tuner.run.cluster import gpus_per_trial as node_gpus_per_trial
 from tuner.run.cluster import ray_cluster, trial_slots
 from tuner.run.dashboard import login_lines, reuse_actors
+from tuner.run.environment import EnvironmentWatch
 from tuner.run.finish import RunOutcome
 from tuner.run.fit import FitPlan, fit
 from tuner.run.progress import TrialLines
@@ -69,8 +71,9 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
                  f"(optuna-dashboard {study.storage})")
         for note in stack.notes:
             echo(note)
+        watch = EnvironmentWatch(out_dir, setup.space.baseline(), feed=stack.filtering)
         recorder = Recorder(out_dir, setup.objective, setup.space.baseline(),
-                            feed=stack.filtering, stage_of=stack.stage_of)
+                            watch=watch, stage_of=stack.stage_of)
         reporter = TrialLines(setup.objective.metric, list(setup.space.domains), spec.rounds,
                               stage_of=stack.stage_of)
         outcome = fit(FitPlan(
@@ -80,11 +83,15 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
                                                                    setup.objective),
             num_samples=stack.num_samples,
             callbacks=[recorder, *tracker_callbacks(spec.callbacks, spec.name)],
-            reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors)), resume=resume)
-        interrupted = outcome.interrupted
+            reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors), stop=watch),
+            resume=resume)
+        # Read from the folder: a resumed Tuner runs the watch it restored, not this one.
+        environment = broken.load(out_dir)
+        interrupted = outcome.interrupted and environment is None
         confirmed = None
-        if not interrupted:  # the confirm stage and the speculative reference
+        if not interrupted and environment is None:  # the confirm stage, the reference
             confirmed = confirm.run_stage(setup, resources, slots, echo=echo)
             interrupted = bool(confirmed.get("interrupted"))
-    return finish.finish(setup, interrupted=interrupted, echo=echo, confirm_data=confirmed)
+    return finish.finish(setup, interrupted=interrupted, echo=echo, confirm_data=confirmed,
+                         broken_environment=environment)
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from tuner.decide.confirm import search_decision
 from tuner.decide.decision import Decision
-from tuner.output import confirm_text, exports, report
+from tuner.output import broken, confirm_text, exports, report
 from tuner.output.files import BEST_DIR, JOURNAL, RESULTS_CSV, RULED_OUT_JSON, read_journal, write_json
 from tuner.output.results import collect, configs, search_rows, summary_lines, write_table
 from tuner.run.profile import after_run
@@ -36,6 +36,7 @@ class RunOutcome:
     best: dict[str, Any] | None
     interrupted: bool
     lines: list[str]
+    broken_environment: bool = False  # the search stopped: the environment, not a setting
 
 
 def table(setup: Setup, running: bool = False) -> pd.DataFrame:
@@ -84,10 +85,18 @@ def write_reports(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any
 
 
 def finish(setup: Setup, *, interrupted: bool, echo: Print,
-           confirm_data: Mapping[str, Any] | None = None) -> RunOutcome:
+           confirm_data: Mapping[str, Any] | None = None,
+           broken_environment: dict[str, Any] | None = None) -> RunOutcome:
     out: Path = setup.out_dir
     df = table(setup)
     lines = summary_lines(search_rows(df), setup.objective, list(setup.space.domains))
+    if broken_environment is not None:  # nothing to decide, nothing ruled out
+        lines += broken.lines(broken_environment, out)
+        echo("")
+        for line in lines:
+            echo(line)
+        echo(f"results: {out / RESULTS_CSV}")
+        return RunOutcome(out, df, None, False, lines, broken_environment=True)
     evidence = ruled_out(setup)
     if evidence:
         write_json(out / RULED_OUT_JSON, evidence)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ray import tune
-from ray.tune import Callback, ProgressReporter
+from ray.tune import Callback, ProgressReporter, Stopper
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
@@ -43,6 +43,7 @@ class FitPlan:
     callbacks: Sequence[Callback]
     reporter: ProgressReporter
     reuse_actors: bool
+    stop: Stopper | None = None  # ends the whole experiment when its stop_all() says so
 
 
 @dataclass
@@ -74,7 +75,7 @@ def fit(plan: FitPlan, *, resume: bool = False) -> FitOutcome:
             reuse_actors=plan.reuse_actors, trial_dirname_creator=_trial_dirname),
             run_config=tune.RunConfig(
                 name=plan.name, storage_path=str(plan.storage), callbacks=list(plan.callbacks),
-                progress_reporter=plan.reporter, verbose=1,
+                progress_reporter=plan.reporter, verbose=1, stop=plan.stop,
                 failure_config=tune.FailureConfig(max_failures=0)))
     with interrupt_watch() as was_interrupted:
         grid = tuner.fit()

@@ -80,11 +80,21 @@ class OutcomeFeed(Protocol):
                        ) -> None: ...
 
 
+class OutcomeWatch(Protocol):
+    """Who judges each finished search trial before the failure memory learns it (the broken
+    environment check, ``tuner.run.environment``); it feeds the memory itself."""
+
+    def observe(self, trial_id: str, config: Mapping[str, Value], failure: Failure | None
+                ) -> None: ...
+
+    def restart(self) -> None: ...
+
+
 class Recorder(Callback):
-    """Journal + results.csv + failure feed for the searcher."""
+    """Journal + results.csv + failure feed for the searcher (through ``watch`` when given)."""
 
     def __init__(self, out_dir: Path, objective: Objective, baseline: Mapping[str, Value], *,
-                 feed: OutcomeFeed | None = None,
+                 feed: OutcomeFeed | None = None, watch: OutcomeWatch | None = None,
                  stage_of: Callable[[str], str | None] | None = None,
                  tags: Mapping[str, Any] | None = None) -> None:
         self.out_dir = out_dir
@@ -93,12 +103,15 @@ class Recorder(Callback):
         self.tags = dict(tags or {})  # added to each start event, e.g. {"phase": "confirm"}
         self.journal = out_dir / JOURNAL
         self.feed = feed
+        self.watch = watch
         self.stage_of = stage_of
         self.order = self._next_order()
 
     def setup(self, *args: Any, **info: Any) -> None:
         """Each fit, a resumed one too: launch order continues from the journal."""
         self.order = self._next_order()
+        if self.watch is not None:
+            self.watch.restart()
 
     def _next_order(self) -> int:
         if not self.journal.exists():
@@ -128,8 +141,7 @@ class Recorder(Callback):
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
                           ) -> None:
         self._write({"event": "end", "trial_id": trial.trial_id, "status": "ok"})
-        if self.feed is not None:
-            self.feed.record_outcome(trial.trial_id, dict(trial.config), None)
+        self._outcome(trial, None)
         self._table()
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
@@ -137,9 +149,15 @@ class Recorder(Callback):
         failure = trial_failure(trial)
         self._write({"event": "end", "trial_id": trial.trial_id, "status": "failed",
                      "failure": failure.to_json()})
-        if self.feed is not None:
-            self.feed.record_outcome(trial.trial_id, dict(trial.config), failure.kind.value)
+        self._outcome(trial, failure)
         self._table()
+
+    def _outcome(self, trial: Trial, failure: Failure | None) -> None:
+        if self.watch is not None:
+            self.watch.observe(trial.trial_id, dict(trial.config), failure)
+        elif self.feed is not None:
+            self.feed.record_outcome(trial.trial_id, dict(trial.config),
+                                     failure.kind.value if failure else None)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self._table()

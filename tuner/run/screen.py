@@ -138,6 +138,8 @@ def run_screened(spec: ExperimentSpec, *, resume: bool = False,
     echo(f"screen: the NCCL part of {spec.space} on the proxy ({first.workload.shape_source()}), "
          f"then the top {spec.screen_top} on the server")
     screen = run(first, resume=resume and started(first.out_dir), echo=echo)
+    if screen.broken_environment:  # the proxy's baseline cannot run here: nor can the rest
+        return screen
     setup = prepare(first)
     ranked = ranking(screen.table, first.out_dir, setup.objective.mode)
     picked = promoted(ranked, spec.screen_top, spec.screen_spread)

@@ -147,6 +147,26 @@ def test_without_speculative_decoding_server_figures_are_missing(trial: Trial) -
         assert m[key] is None, key
 
 
+def test_counters_that_did_not_move_are_missing_not_zero(trial: Trial) -> None:
+    """Issue 16, item 7: the server exposes its verify and draft seconds (device timer on),
+    its decode passes move, the seconds do not: that is no measurement, not 0 ms."""
+    import requests
+
+    from launchers.sglang.metrics import parse_metrics_text
+
+    still = [*EXACT, "--fake-verify-ms", "0", "--fake-draft-ms", "0"]
+    with trial.start(trial.workload(still), {}) as server:
+        server.wait_ready(30.0)
+        server.warmup()  # the labelled series appear with the first decode passes
+        before = parse_metrics_text(requests.get(server.base_url + "/metrics", timeout=5).text)
+        m = server.measure(0)
+        after = parse_metrics_text(requests.get(server.base_url + "/metrics", timeout=5).text)
+    assert before.verify_s == after.verify_s == 0.0 and after.draft_s == 0.0  # exposed, still
+    assert after.passes is not None and before.passes is not None and after.passes > before.passes
+    assert m["completed"] == 3 and m["output_throughput"] > 0
+    assert m["verify_ms"] is None and m["draft_ms"] is None
+
+
 def test_startup_split_by_load_format(trial: Trial, tmp_path: Path) -> None:
     """150 s of real weights against 5 s of dummy ones, on a clock 100 times faster; SGLang's
     own log lines give the split; the server runs in the workload's working directory."""

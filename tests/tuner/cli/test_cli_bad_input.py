@@ -15,6 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from launchers import gpu
 from launchers.process import free_port
 from tests.integration.servetune_runs import ROOT, STAND_IN, env_for
 
@@ -210,6 +213,35 @@ def test_plan_prints_each_command(tmp_path: Path) -> None:
     assert text.startswith("# baseline")
     assert text.count("--model-path") == 4
     assert "INVALID" in text and "NCCL_MIN_NCHANNELS=8" in text
+    assert not done.ray_started and not done.out.exists()
+
+
+def _plan_args(tmp_path: Path, *extra: str) -> list[str]:
+    return [a for a in ["plan" if a == "run" else a for a in run_args(tmp_path)]
+            if a not in ("--num-gpus", "8")] + [*extra, "--samples", "2"]
+
+
+@pytest.mark.skipif(gpu.device_count() >= 8, reason="this machine has 8 GPUs")
+def test_plan_takes_tp_as_given_on_a_machine_without_enough_gpus(tmp_path: Path) -> None:
+    """Issue 16, item 4: planning for a GPU node from a laptop is what plan is for."""
+    done = servetune(tmp_path, *_plan_args(tmp_path, "--tp", "8"))
+    assert done.code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == ("# planned as given, but this machine has fewer GPUs: --tp 8 is larger "
+                        f"than the {gpu.device_count()} GPUs a node has"), lines[:3]
+    assert done.stdout.count("--tp-size 8") == 2  # the baseline and the one config
+    assert not done.ray_started and not done.out.exists()
+    # run still refuses it: a run would launch what cannot start here
+    run = servetune(tmp_path, *["run" if a == "plan" else a for a in _plan_args(tmp_path,
+                                                                                  "--tp", "8")])
+    assert_bad_input(run, "--tp 8", f"{gpu.device_count()} GPUs")
+
+
+def test_plan_takes_tp_as_given_with_fewer_declared_gpus(tmp_path: Path) -> None:
+    done = servetune(tmp_path, *_plan_args(tmp_path, "--tp", "8", "--num-gpus", "2", "--json"))
+    assert done.code == 0, done.stderr
+    entries = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [e["argv"][e["argv"].index("--tp-size") + 1] for e in entries] == ["8", "8"]
     assert not done.ray_started and not done.out.exists()
 
 

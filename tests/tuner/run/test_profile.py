@@ -151,3 +151,19 @@ def test_run_profile_flag_and_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(profile, "profile_experiment", broken)
     profile.after_run(on, interrupted=False, echo=lines.append)  # type: ignore[arg-type]
     assert lines == ["profile failed: RuntimeError('no GPU today')"]  # the run still ends
+
+
+def test_profile_waits_for_no_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It launches servers on the experiment's GPUs: not while a run drives the folder."""
+    from tests.tuner.run.test_lock import _holding_process
+
+    spec = experiment(tmp_path, {"trial_id": "t0007", "config": CHOSEN})
+    proc = _holding_process(spec.out_dir)
+    try:
+        assert cli.main(["profile", str(spec.out_dir), "--steps", "2"]) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+    err = capsys.readouterr().err
+    assert f"pid {proc.pid}" in err and err.count("\n") == 1
+    assert not (spec.out_dir / "profile").exists()

@@ -1,0 +1,46 @@
+"""The words for a broken environment: the search stopped because the default configuration
+(or every one of the first trials, whatever its settings) failed the same way. Read back from
+DIR/broken_environment.json, so ``servetune report`` says it too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tuner.output.files import BROKEN_JSON, read_json, write_json
+
+TAIL_LINES = 12
+
+
+def write(out_dir: Path, data: dict[str, Any]) -> None:
+    write_json(out_dir / BROKEN_JSON, data)
+
+
+def load(out_dir: Path) -> dict[str, Any] | None:
+    data = read_json(out_dir / BROKEN_JSON)
+    return data if isinstance(data, dict) else None
+
+
+def lines(data: dict[str, Any], out_dir: Path) -> list[str]:
+    """One paragraph, then the server log's last lines, then what to do."""
+    trials = [str(t) for t in data.get("trials", [])]
+    first = trials[-1] if data.get("reason") == "baseline" and trials else \
+        (trials[0] if trials else "?")
+    failed = f"{data.get('kind')}: {data.get('message')}"
+    if data.get("reason") == "baseline":
+        what = f"The baseline (no overrides, trial {first}) failed ({failed})."
+    else:
+        what = (f"The first {len(trials)} trials ({', '.join(trials)}) all failed the same way "
+                f"({failed}), and they have no setting in common.")
+    hint = f" Hint: {data['hint']}." if data.get("hint") else ""
+    paragraph = (f"{what} The environment, not a setting, is broken: the server command, the "
+                 "model, the GPUs or the installed software fail whatever the settings, so the "
+                 "search stopped here and ruled nothing out." + hint)
+    out = ["", paragraph]
+    tail = [ln for ln in str(data.get("log_tail", "")).splitlines() if ln.strip()]
+    if tail:
+        out.append(f"last lines of {out_dir / first / 'server.log'}:")
+        out += [f"    {ln}" for ln in tail[-TAIL_LINES:]]
+    out.append(f"Fix the environment (the command is in {out_dir / first / 'plan.json'}) and "
+               "start a new experiment.")
+    return out
