@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU measurements of BENCHMARKS.md, as run on a machine with 2 H200s (NV18), NCCL 2.28.9,
+# torch 2.11, Python 3.12, no internet: `bash benchmarks/gpu_session.sh STEP` from the repo
+# root, raw outputs into $OUT (default ./gpu-out). NVLink multicast stays off throughout.
+#
+# Ray and the Python packages the machine lacks come as wheels (prepared elsewhere by
+# shared/tools/device-ray-prepare into .raywheel1/ and .raywheel2/): `wheels1` installs
+# everything but Ray from .raywheel1 and stages Ray's first half; `wheels2` joins Ray's halves
+# and installs it. NVIDIA's example tuner plugin is built from NCCL's own source of the
+# version torch loads (v2.28.9-1, ext-tuner/example), unpacked in .nccl-tuner-example/
+# (never part of this repository).
+#
+# Steps:
+#   wheels1     stage and install the wheels of .raywheel1 (Ray's first half staged)
+#   tests       the gpu-marked tests at 2 ranks (every allreduce path captures and passes the gate)
+#   plugin      build the example tuner plugin; benchmarks/tuner_plugin_check.py with it
+#   wheels2     join and install Ray (.raywheel2)
+#   runs        servetune run on the proxy, Kimi-K2.5 shape, verify-campaign, ASHA + confirm,
+#               over NVLink and with --interconnect pcie
+#   landscape   the 36-point grid of benchmarks/landscape-nvlink.yaml with --interconnect pcie,
+#               turned into a measured search-efficiency landscape
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled
+export PYTHONPATH=/root/pylibs:$PWD
+STAGE=/root/stage
+PLUGIN=$STAGE/libnccl-tuner-example.so
+# The proxy with Kimi-K2.5's shapes at TP 2: 15 replays per graph per round keep a trial near
+# 10 s (6 s of it start-up: torch import, NCCL, capture).
+PROXY=(--model-config kimi-k2.5 --iters 15 --rounds 3)
+
+step() {  # step NAME LIMIT_S COMMAND...: output to $OUT/NAME.log, a summary line
+  local name=$1 limit=$2 began rc
+  shift 2
+  began=$(date +%s)
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  echo "$name rc=$rc $(($(date +%s) - began)) s" | tee -a "$OUT/summary.txt"
+}
+
+case "${1:-}" in
+wheels1)
+  mkdir -p "$STAGE" /root/pylibs && cp .raywheel1/* "$STAGE"/ &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /root/pylibs \
+      $(ls "$STAGE"/*.whl) && echo "wheels1 ok" ;;
+tests)
+  step gpu_tests 240 python3 -m pytest -m gpu tests/launchers/proxy/test_gpu_paths.py tests/launchers/proxy/test_gpu.py -q -p no:cacheprovider -rs -x
+  tail -3 "$OUT/gpu_tests.log" ;;
+plugin)
+  (cd .nccl-tuner-example/ext-tuner/example && gcc -Inccl -fPIC -shared -o "$PLUGIN" plugin.c) &&
+    step tuner_plugin 240 python3 -m benchmarks.tuner_plugin_check --plugin "$PLUGIN" \
+      --model-config kimi-k2.5 --pin NCCL_PROTO=LL --pin NCCL_MAX_NCHANNELS=8 --out "$OUT/plugin"
+  tail -12 "$OUT/tuner_plugin.log" ;;
+wheels2)
+  cat "$STAGE"/ray.part.aa .raywheel2/ray.part.ab >"$STAGE"/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /root/pylibs \
+      "$STAGE"/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl && echo "wheels2 ok" ;;
+runs)
+  for regime in nvlink pcie; do
+    step "run_$regime" 280 python3 -m tuner run "${PROXY[@]}" --interconnect "$regime" \
+      --samples 8 --confirm 3 --confirm-top 1 --out "runs/kimi-$regime"
+    tail -16 "$OUT/run_$regime.log"
+  done
+  tar czf "$OUT/runs.tgz" --exclude='*.trace.json.gz' runs/kimi-nvlink runs/kimi-pcie ;;
+landscape)
+  step landscape 400 python3 -m tuner run --space benchmarks/landscape-nvlink.yaml --search grid \
+    --samples 36 --scheduler fifo --confirm 0 --model-config kimi-k2.5 --iters 15 --rounds 1 \
+    --interconnect pcie --out runs/landscape-h200x2-p2p-off
+  python3 -m benchmarks.landscape_table runs/landscape-h200x2-p2p-off \
+    --out "$OUT/h200x2-p2p-off.csv" --name h200x2-p2p-off \
+    --machine "2x H200 (NV18), --interconnect pcie (NCCL_P2P_DISABLE=1), proxy kimi-k2.5 TP 2" \
+    --command "bash benchmarks/gpu_session.sh landscape"
+  tail -5 "$OUT/landscape.log"
+  tar czf "$OUT/landscape.tgz" --exclude='*.trace.json.gz' runs/landscape-h200x2-p2p-off ;;
+*)
+  sed -n '2,30p' "$0"
+  exit 2 ;;
+esac
