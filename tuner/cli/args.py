@@ -218,6 +218,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),
         "confirm_top": args.confirm_top, "screen": args.screen, "screen_top": args.screen_top,
         "screen_samples": args.screen_samples, "profile": bool(getattr(args, "profile", False)),
+        "weights": args.weights,
         "screen_model": _CONVERT["model_config"](args.model_config, base)
         if args.screen and args.model_config else None,
     }

@@ -94,7 +94,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     stack = build_search(setup.space, setup.objective, search=spec.search,
                          stage_search=spec.stage_search, samples=spec.samples, seed=spec.seed,
                          failure_aware=spec.failure_aware, max_concurrent=1, out_dir=None,
-                         points=spec.points or None)
+                         points=spec.points or None, weights=setup.weights)
     port = spec.workload.port or spec.workload.production_port or 30000
     if not args.json:
         for note in [*notes, *stack.notes]:
@@ -130,6 +130,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                   f"{', '.join(setup.dropped)}")
         for note in setup.unmodelled:
             print(f"# not modelled by the {setup.workload.kind} workload, left out: {note}")
+        for line in setup.weights.lines():
+            print(f"# {line}")
     return 0
 
 

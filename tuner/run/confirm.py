@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,6 +109,10 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
     args = spec.workload.without_speculative()
     if args is None or decision.config is None:
         return None
+    if re.sub(r"_c\d+$", "", objective.metric) in setup.workload.speculative_metrics:
+        return {"text": f"no reference run without speculative decoding: {objective.metric} "
+                        "exists only with it on", "pays_off": None, "with": None,
+                "without": None, "reference_trial": None}
     echo("")
     echo(f"speculative decoding: one launch of the {decision.label} settings with it off")
     ref_spec = spec.model_copy(update={"workload": args})

@@ -57,8 +57,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
                              stage_search=spec.stage_search, samples=spec.samples,
                              seed=spec.seed, failure_aware=spec.failure_aware,
                              max_concurrent=slots, out_dir=out_dir,
-                             points=spec.points or None)
-        for note in stack.notes:
+                             points=spec.points or None, weights=setup.weights)
+        for note in [*stack.notes, *setup.weights.lines()]:
             echo(note)
         recorder = Recorder(out_dir, setup.objective, setup.space.baseline(),
                             feed=stack.filtering, stage_of=stack.stage_of)

@@ -21,6 +21,7 @@ from tuner.search.memory import FailureMemory
 from tuner.search.space_searcher import SpaceSearcher
 from tuner.search.staged import StagedSearcher
 from tuner.spec import Objective
+from tuner.weights import SEARCH, WeightPlan
 
 
 def optuna_searcher(space: SearchSpace, objective: Objective, seed: int) -> Searcher:
@@ -78,11 +79,18 @@ class SearchStack:
 
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
                  samples: int, seed: int, failure_aware: bool, max_concurrent: int,
-                 out_dir: Path | None, points: list[dict[str, Any]] | None = None
-                 ) -> SearchStack:
+                 out_dir: Path | None, points: list[dict[str, Any]] | None = None,
+                 weights: WeightPlan | None = None) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
-    stack writes what it rejects and each stage's winner (None: nowhere, for a preview)."""
+    stack writes what it rejects and each stage's winner (None: nowhere, for a preview).
+    ``weights``: which weights each stage's trials load (a staged search adds them per stage;
+    any other search has one stage, so its space pins them)."""
     notes: list[str] = []
+    weights = weights or WeightPlan()
+    stage_pins = weights.stage_pins()
+    if search != "staged" or points:
+        space = space.with_pins(weights.pins(SEARCH))
+        stage_pins = {}
     rejects = _RejectLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None
     if points:
@@ -100,7 +108,8 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         staged = StagedSearcher(space, samples, objective.rounds,
                                 _StageInner(stage_search, objective), seed,
                                 objective.metric, objective.mode,
-                                out_dir / STAGES_JSON if out_dir is not None else None)
+                                out_dir / STAGES_JSON if out_dir is not None else None,
+                                stage_pins)
         inner: Searcher = staged
         if not space.stages:
             notes.append(f"{space.name} defines no stages: one stage with every knob")

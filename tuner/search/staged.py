@@ -1,10 +1,15 @@
 """StagedSearcher: the space's stages in order, each searched with the winners of the earlier
-stages pinned; the history of winners is written to stages.json as each stage ends."""
+stages pinned; the history of winners is written to stages.json as each stage ends.
+
+A stage may also add settings of its own to each of its trials (``stage_pins``: which weights
+the servers load). They say how a stage measures, not what it chose: a winner leaves them
+behind, and a stage whose own differ from those its carried-over winner was measured with
+re-measures that winner first, so that every comparison in a stage is made one way."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +31,11 @@ class StagedSearcher(OwnSpaceSearcher):
     def __init__(self, space: SearchSpace, total_samples: int, rounds: int,
                  make_inner: Callable[[SearchSpace, int, str | None], Searcher], seed: int = 0,
                  metric: str | None = None, mode: str | None = None,
-                 history_file: Path | None = None) -> None:
+                 history_file: Path | None = None,
+                 stage_pins: Mapping[str, Config] | None = None) -> None:
         super().__init__(metric=metric, mode=mode)
+        self.stage_pins = {name: dict(pins) for name, pins in (stage_pins or {}).items()}
+        self.remeasure = False  # the stage's first trial re-measures the carried-over winner
         self.history_file = history_file  # stages.json: each stage's winner as it is known
         self.space = space
         self.rounds = rounds
@@ -63,6 +71,10 @@ class StagedSearcher(OwnSpaceSearcher):
         while True:
             if self.stage_index >= 0 and self.used < self.budgets[self.stage_index]:
                 assert self.inner is not None
+                if self.remeasure:
+                    self.remeasure = False
+                    self.used += 1
+                    return self._launch(trial_id, dict(self.winners))
                 suggestion = self.inner.suggest(trial_id)
                 if suggestion is None:
                     return None
@@ -75,10 +87,20 @@ class StagedSearcher(OwnSpaceSearcher):
                 return Searcher.FINISHED  # type: ignore[return-value]
 
     def _launch(self, trial_id: str, config: Config) -> Config:
+        config = {**config, **self._pins(self.current_stage)}
         self.live.add(trial_id)
         self.stage_of[trial_id] = self.current_stage
         self.config_of[trial_id] = config
         return config
+
+    def _pins(self, stage: str) -> Config:
+        return self.stage_pins.get(stage, {})
+
+    def _measured_as(self, trial_id: str, stage: str) -> bool:
+        """Whether ``trial_id`` ran with ``stage``'s own settings (its scores compare)."""
+        config = self.config_of[trial_id]
+        names = {n for pins in self.stage_pins.values() for n in pins}
+        return {n: config.get(n) for n in names} == {n: self._pins(stage).get(n) for n in names}
 
     def _score(self, trial_id: str) -> tuple[int, float] | None:
         values = self.values.get(trial_id)
@@ -95,6 +117,8 @@ class StagedSearcher(OwnSpaceSearcher):
         if self.stage_index >= len(self.stages):
             return False
         stage = self.stages[self.stage_index]
+        self.remeasure = self.winner_trial is not None and not self._measured_as(
+            self.winner_trial, stage.name)
         sub = self.space.stage_space(stage, self.winners)
         self.inner = self.make_inner(sub, self.seed + self.stage_index, stage.search)
         if self.metric and self.mode:
@@ -105,15 +129,17 @@ class StagedSearcher(OwnSpaceSearcher):
     def _pick_winner(self) -> None:
         stage = self.current_stage
         candidates = [t for t, s in self.stage_of.items() if s == stage]
-        if self.winner_trial:
+        if self.winner_trial and self._measured_as(self.winner_trial, stage):
             candidates.append(self.winner_trial)
         scored = [(sc, t) for t in candidates if (sc := self._score(t)) is not None]
         if scored:
             _, best = max(scored)
             self.winner_trial = best
-            self.winners = dict(self.config_of[best])
+            own = {n for pins in self.stage_pins.values() for n in pins}
+            self.winners = {n: v for n, v in self.config_of[best].items() if n not in own}
         self.history.append({"stage": stage, "winner": self.winner_trial,
-                             "config": dict(self.winners)})
+                             "config": dict(self.winners), **(
+                                 {"pins": self._pins(stage)} if self._pins(stage) else {})})
         if self.history_file is not None:
             write_json(self.history_file, self.history)
 
