@@ -3,8 +3,9 @@ stages pinned; the history of winners is written to stages.json as each stage en
 
 A stage may also add settings of its own to each of its trials (``stage_pins``: which weights
 the servers load). They say how a stage measures, not what it chose: a winner leaves them
-behind, and a stage whose own differ from those its carried-over winner was measured with
-re-measures that winner first, so that every comparison in a stage is made one way."""
+behind, and it is compared in a later stage only if that stage measures the same way. (Every
+stage's searcher proposes the stage's defaults first, which is the carried-over winner: a
+stage on other weights re-measures it as its first trial.)"""
 
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ class StagedSearcher(OwnSpaceSearcher):
                  stage_pins: Mapping[str, Config] | None = None) -> None:
         super().__init__(metric=metric, mode=mode)
         self.stage_pins = {name: dict(pins) for name, pins in (stage_pins or {}).items()}
-        self.remeasure = False  # the stage's first trial re-measures the carried-over winner
         self.history_file = history_file  # stages.json: each stage's winner as it is known
         self.space = space
         self.rounds = rounds
@@ -71,10 +71,6 @@ class StagedSearcher(OwnSpaceSearcher):
         while True:
             if self.stage_index >= 0 and self.used < self.budgets[self.stage_index]:
                 assert self.inner is not None
-                if self.remeasure:
-                    self.remeasure = False
-                    self.used += 1
-                    return self._launch(trial_id, dict(self.winners))
                 suggestion = self.inner.suggest(trial_id)
                 if suggestion is None:
                     return None
@@ -117,8 +113,6 @@ class StagedSearcher(OwnSpaceSearcher):
         if self.stage_index >= len(self.stages):
             return False
         stage = self.stages[self.stage_index]
-        self.remeasure = self.winner_trial is not None and not self._measured_as(
-            self.winner_trial, stage.name)
         sub = self.space.stage_space(stage, self.winners)
         self.inner = self.make_inner(sub, self.seed + self.stage_index, stage.search)
         if self.metric and self.mode:
