@@ -69,8 +69,8 @@ class WeightPlan:
         """What the run prints before its first trial."""
         if not self.applies:
             return [f"weights: {self.note}"] if self.note else []
-        out = [f"weights (--weights {self.choice}; --weights real loads the checkpoint "
-               "everywhere):"]
+        hint = "" if self.choice == REAL else "; --weights real loads the checkpoint everywhere"
+        out = [f"weights (--weights {self.choice}{hint}):"]
         for dummy in (True, False):
             groups: dict[str, list[str]] = {}
             for s in self.stages:

@@ -8,9 +8,9 @@ SGLang's endpoints (``/health_generate``, ``/health``, ``/ready``, ``/server_inf
 (shared/reference/sglang.md), and takes its timing from tests/fakes/cost_model.py through a
 batching scheduler loop (fake_engine.py). Startup loads weights by load format and captures
 decode graphs by batch size (fake_startup.py); acceptance depends on the prompt's content
-(content.py), and on random weights (``--load-format dummy``) no drafted token is accepted. Rank processes (fake_ranks.py) are started from this process's environment and
-write NCCL's INFO lines, so the NCCL_* settings a test passes can be read back from
-NCCL-format logs.
+(content.py), and on random weights (``--load-format dummy``) no drafted token is accepted.
+Rank processes (fake_ranks.py) are started from this process's environment and write NCCL's
+INFO lines, so the NCCL_* settings a test passes can be read back from NCCL-format logs.
 
 Times are model milliseconds; the server sleeps ``ms * --fake-time-scale``. The device-timer
 counters report model time, so ``verify_ms`` reads back what the model (or

@@ -55,6 +55,7 @@ class StagedSearcher(OwnSpaceSearcher):
         self.stage_of: dict[str, str] = {}
         self.config_of: dict[str, Config] = {}
         self.values: dict[str, list[float]] = defaultdict(list)
+        self.rounds_of: dict[str, set[int]] = {}  # the rounds ``values`` holds, per trial
         self.winners: Config = space.baseline()
         self.winner_trial: str | None = None
         self.history: list[dict[str, Any]] = []
@@ -137,15 +138,25 @@ class StagedSearcher(OwnSpaceSearcher):
         if self.history_file is not None:
             write_json(self.history_file, self.history)
 
-    def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if self.metric in result and trial_id in self.stage_of:
+    def _record(self, trial_id: str, result: dict) -> None:
+        """A round's value, once. Ray hands the round that ends a trial (the last one, or one
+        the scheduler stops it at) to ``on_trial_complete`` only."""
+        done = self.rounds_of.setdefault(trial_id, set())
+        round_ = result.get("round", len(self.values[trial_id]) + 1)
+        if self.metric in result and trial_id in self.stage_of and round_ not in done:
+            done.add(round_)
             self.values[trial_id].append(float(result[self.metric]))
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self._record(trial_id, result)
         if self.inner is not None and self.stage_of.get(trial_id) == self.current_stage:
             self.inner.on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
         self.live.discard(trial_id)
+        if result and not error:
+            self._record(trial_id, result)
         if error:
             self.values.pop(trial_id, None)
         if self.inner is not None and self.stage_of.get(trial_id) == self.current_stage:

@@ -143,3 +143,35 @@ def test_failure_memory_never_blames_the_weights() -> None:
         memory.record({**base, WEIGHTS: DUMMY, "NCCL_ALGO": "Tree"}, f"t{i}", "graph_capture")
     assert memory.ruled_out({**base, WEIGHTS: DUMMY}) == []
     assert memory.ruled_out({**base, "NCCL_ALGO": "Tree"})
+
+
+def test_the_round_that_ends_a_trial_counts() -> None:
+    """Ray hands a trial's last round (or the one ASHA stops it at) to on_trial_complete only:
+    with one round per trial the stages still find their winners, and a trial stopped early
+    never beats one that ran every round."""
+    one = StagedSearcher(_space(), total_samples=7, rounds=1,
+                         make_inner=lambda s, seed, kind: SpaceSearcher(s, "grid", seed),
+                         metric="ms", mode="min")
+    for i in range(20):
+        point = one.suggest(f"t{i}")
+        if point == Searcher.FINISHED or point is None:
+            break
+        assert isinstance(point, dict)
+        one.on_trial_complete(f"t{i}", {"ms": _score(point), "round": 1})
+    assert one.winners["NCCL_ALGO"] == "allreduce:tree"
+    assert one.winners["NCCL_MAX_NCHANNELS"] == 4
+
+    two = StagedSearcher(_space(), total_samples=7, rounds=2,
+                         make_inner=lambda s, seed, kind: SpaceSearcher(s, "grid", seed),
+                         metric="ms", mode="min")
+    assert two.suggest("base") is not None
+    two.on_trial_result("base", {"ms": 10.0, "round": 1})
+    two.on_trial_complete("base", {"ms": 10.0, "round": 2})
+    first, second = two.suggest("a"), two.suggest("b")
+    assert isinstance(first, dict) and isinstance(second, dict)
+    two.on_trial_complete("a", {"ms": 9.0, "round": 1})  # stopped after one round
+    two.on_trial_result("b", {"ms": 9.5, "round": 1})
+    two.on_trial_complete("b", {"ms": 9.5, "round": 2})
+    assert two.values["b"] == [9.5, 9.5] and two.values["a"] == [9.0]
+    two.suggest("c")  # the stage's budget is spent: its winner is picked
+    assert two.history[1]["winner"] == "b"
