@@ -3,7 +3,7 @@ run with the weight policy (``--weights auto``) against the same run with the ch
 weights everywhere (``--weights real``), both real ``servetune run``s (a subprocess, real Ray,
 the stand-in server) on a scaled-down clock.
 
-    python -m benchmarks.weights [--samples 19] [--scale 0.1] [--load-s 60] [--dummy-load-s 5]
+    python -m benchmarks.weights [--samples 30] [--scale 0.15] [--load-s 60] [--dummy-load-s 5]
 
 The stand-in models a load of ``--load-s`` (target) + ``--draft-load-s`` (draft) seconds of
 the checkpoint's weights and ``--dummy-load-s`` per model of random ones, slept at ``--scale``
@@ -32,6 +32,7 @@ from typing import Any
 
 from benchmarks._common import machine, with_root_on_path
 from tests.integration.servetune_runs import STAND_IN, Experiment, ray_tmpdir
+from tuner.output import readiness
 
 PINS = ("allreduce-backend=default", "speculative-num-steps=3", "speculative-eagle-topk=1",
         "speculative-num-draft-tokens=4")
@@ -39,8 +40,8 @@ PINS = ("allreduce-backend=default", "speculative-num-steps=3", "speculative-eag
 
 @dataclass(frozen=True)
 class Settings:
-    samples: int = 19
-    scale: float = 0.1  # real seconds per modelled startup second
+    samples: int = 30
+    scale: float = 0.15  # real seconds per modelled startup second
     load_s: float = 60.0
     draft_load_s: float = 6.0
     dummy_load_s: float = 5.0
@@ -78,6 +79,8 @@ class CampaignRun:
     chosen: dict[str, Any] | None
     confirm_accept: list[float]  # the confirm launches' accept length (1.0: random weights)
     lines: list[str]  # what servetune printed about the campaign
+    estimated_saving_s: float | None  # servetune's own estimate of what random weights saved
+    out: str  # the experiment folder
 
     def text(self) -> str:
         return (f"--weights {self.weights}: campaign {self.campaign_s:.1f} s (servetune "
@@ -103,8 +106,10 @@ def run_campaign(root: Path, ray_tmp: Path, weights: str, settings: Settings) ->
     accept = [float(v) for v in confirm.get("accept_length", [])]
     lines = [ln for ln in result.stdout.splitlines()
              if ln.startswith(("campaign:", "saved by random weights", "weights"))]
+    estimate = readiness.campaign(exp.out, table).saved_s
     return CampaignRun(weights, result.seconds, max(ends) - min(starts), len(table), dummy,
-                       decision["kind"], decision.get("config"), accept, lines)
+                       decision["kind"], decision.get("config"), accept, lines, estimate,
+                       str(exp.out))
 
 
 def saving(auto: CampaignRun, real: CampaignRun) -> float:
@@ -137,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     same = (auto.kind, auto.chosen) == (real.kind, real.chosen)
     print(f"confirm launches' accept length: auto {auto.confirm_accept}, real "
           f"{real.confirm_accept} (1.0 would mean random weights)")
+    measured = real.campaign_s - auto.campaign_s
+    print(f"saved: {measured:.1f} s measured (real - auto), "
+          f"{auto.estimated_saving_s or float('nan'):.1f} s as servetune estimated it")
     print(f"random weights: {saving(auto, real):.0%} less campaign wall time than real weights "
           f"everywhere ({auto.campaign_s:.1f} s vs {real.campaign_s:.1f} s; servetune "
           f"{auto.process_s:.1f} s vs {real.process_s:.1f} s), same decision: "
