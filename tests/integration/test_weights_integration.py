@@ -56,7 +56,9 @@ def test_results_say_which_trials_ran_on_random_weights(runs: dict[str, Campaign
     confirm = table[table["phase"] == "confirm"]
     assert set(search["weights"]) == {"dummy"} and set(confirm["weights"]) == {"real"}
     assert (search["startup_weights_s"] < 0.5 * confirm["startup_weights_s"].min()).all()
-    assert (search["accept_length"] == 1.0).all()  # the stand-in on random weights
+    # On random weights the stand-in accepts no drafted token: one token per verify (the
+    # first of a request comes from its prefill, hence 32/31).
+    assert (search["accept_length"] < 1.1).all() and (confirm["accept_length"] > 1.5).all()
     report = (Path(runs["auto"].out) / "best" / "report.md").read_text()
     assert "## Time to ready" in report and "saved by random weights: about" in report
     assert "MoE router" in report
