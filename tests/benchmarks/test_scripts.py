@@ -79,3 +79,11 @@ def test_search_efficiency() -> None:
     crash = next((line for line in lines if line.startswith("most launches")), "")
     launches = re.search(r"staged\+fa (\d+)", crash)
     assert launches is None or int(launches.group(1)) <= 2, crash  # failure-aware: twice at most
+
+
+def test_weights() -> None:
+    lines = run_script("weights", "--samples", "4", "--scale", "0.01", "--confirm", "2",
+                       timeout=400)
+    assert re.fullmatch(rf"random weights: -?\d+% less campaign wall time than real weights "
+                        rf"everywhere \({NUMBER} s vs {NUMBER} s; servetune {NUMBER} s vs "
+                        rf"{NUMBER} s\), same decision: yes", lines[-1]), lines[-1]

@@ -143,6 +143,7 @@ def load_setup(folder: Path) -> Setup:
 def cmd_report(args: argparse.Namespace) -> int:
     """The summary, and DIR/report.html + DIR/plots/*.png + DIR/best/report.md from disk."""
     from tuner.output import confirm_text
+    from tuner.output.readiness import campaign
     from tuner.output.results import search_rows, summary_lines, write_table
     from tuner.run.finish import ReportError, decision_data, write_reports
 
@@ -154,6 +155,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(line)
     data = confirm_text.load(setup.out_dir) or decision_data(setup, df, "no confirm stage ran")
     for line in confirm_text.lines(data):
+        print(line)
+    for line in campaign(setup.out_dir, df).lines():
         print(line)
     try:
         written = write_reports(setup, df, data)
