@@ -4,12 +4,14 @@ weights everywhere (``--weights real``), both real ``servetune run``s (a subproc
 the stand-in server) on a scaled-down clock.
 
     python -m benchmarks.weights [--samples 30] [--scale 0.15] [--load-s 60] [--dummy-load-s 5]
+                                 [--speculative-stage]
 
 The stand-in models a load of ``--load-s`` (target) + ``--draft-load-s`` (draft) seconds of
 the checkpoint's weights and ``--dummy-load-s`` per model of random ones, slept at ``--scale``
 real seconds per modelled second. The campaign: verify-campaign, staged, grid inside each stage,
 ``verify_ms`` as the objective, the speculative shape pinned (a verify-time campaign tunes the
-communication for the shape it serves), ``allreduce-backend`` pinned to the default (the
+communication for the shape it serves; ``--speculative-stage`` searches it too, on the
+checkpoint's weights), ``allreduce-backend`` pinned to the default (the
 stand-in does not model most backends: their ties would make the decision a coin toss), then
 the confirm stage (top 1 and the baseline, ``--confirm`` launches each) on the checkpoint's
 weights.
@@ -34,8 +36,8 @@ from benchmarks._common import machine, with_root_on_path
 from tests.integration.servetune_runs import STAND_IN, Experiment, ray_tmpdir
 from tuner.output import readiness
 
-PINS = ("allreduce-backend=default", "speculative-num-steps=3", "speculative-eagle-topk=1",
-        "speculative-num-draft-tokens=4")
+SPECULATIVE_PINS = ("speculative-num-steps=3", "speculative-eagle-topk=1",
+                    "speculative-num-draft-tokens=4")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Settings:
     dummy_load_s: float = 5.0
     confirm: int = 2
     time_scale: float = 0.05  # real seconds per model second while serving
+    speculative_stage: bool = False  # search the speculative shape too (on real weights)
 
     def server(self) -> str:
         return shlex.join([*STAND_IN, "--fake-time-scale", str(self.time_scale),
@@ -58,7 +61,9 @@ class Settings:
                            "--fake-startup-scale", str(self.scale)])
 
     def argv(self, exp: Experiment, weights: str) -> list[str]:
-        pins = [w for pin in PINS for w in ("--pin", pin)]
+        chosen = ("allreduce-backend=default",
+                  *(() if self.speculative_stage else SPECULATIVE_PINS))
+        pins = [w for pin in chosen for w in ("--pin", pin)]
         return ["run", *exp.args(
             "--speculative-algorithm", "EAGLE3", "--space", "verify-campaign",
             "--search", "staged", "--stage-search", "grid", "--samples", str(self.samples),
@@ -122,15 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("samples", "scale", "load_s", "draft_load_s", "dummy_load_s", "confirm"):
         parser.add_argument("--" + name.replace("_", "-"), type=type(getattr(defaults, name)),
                             default=getattr(defaults, name))
+    parser.add_argument("--speculative-stage", action="store_true",
+                        help="search the speculative shape as well (its stage loads the "
+                        "checkpoint's weights)")
     args = parser.parse_args(argv)
     settings = Settings(args.samples, args.scale, args.load_s, args.draft_load_s,
-                        args.dummy_load_s, args.confirm)
+                        args.dummy_load_s, args.confirm,
+                        speculative_stage=args.speculative_stage)
     with_root_on_path()
     print(machine())
     print(f"stand-in: checkpoint {settings.load_s:g} s + draft {settings.draft_load_s:g} s, "
           f"random weights {settings.dummy_load_s:g} s per model (modelled), at "
           f"{settings.scale:g} real s per modelled s; verify-campaign staged (grid), "
-          f"{settings.samples} trials, verify_ms, confirm top 1 x {settings.confirm}")
+          f"{settings.samples} trials, verify_ms, confirm top 1 x {settings.confirm}; the "
+          f"speculative shape {'searched' if settings.speculative_stage else 'pinned'}")
     root = Path(tempfile.mkdtemp(prefix="st-weights-"))
     with ray_tmpdir() as ray_tmp:
         runs = {w: run_campaign(root, ray_tmp, w, settings) for w in ("auto", "real")}
