@@ -17,7 +17,7 @@ from tests.integration.headless_browser import chromium_binary, load_page
 
 pytestmark = pytest.mark.integration
 
-PLOTS = ("objective", "confirm", "knobs", "parallel", "time_split")
+PLOTS = ("objective", "confirm", "knobs", "parallel", "time_split", "startup")
 
 
 @pytest.fixture(scope="module")
