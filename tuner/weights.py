@@ -17,7 +17,6 @@ the checkpoint's weights, is what decides.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from launchers.base import Workload, WorkloadArgs
 from search_spaces.knobs import DUMMY, WEIGHTS, Group, Value, expand_config, primitive_names
@@ -95,11 +94,6 @@ class WeightPlan:
         parts = [f"random (--load-format dummy) for {', '.join(dummy)}"] if dummy else []
         parts.append(f"the checkpoint's for {', '.join(real)}")
         return "; ".join(parts) + f" (--weights {self.choice})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"choice": self.choice, "note": self.note, "warnings": list(self.warnings),
-                "stages": [{"stage": s.stage, "weights": DUMMY if s.dummy else REAL,
-                            "why": s.why} for s in self.stages]}
 
 
 def stage_knobs(spec: ExperimentSpec, space: SearchSpace) -> list[tuple[str, tuple[str, ...]]]:

@@ -15,7 +15,7 @@ from search_spaces.knobs import DUMMY, WEIGHTS
 from search_spaces.space import SearchSpace, load_preset
 from tuner.setup import prepare
 from tuner.spec import ExperimentSpec, Objective, SpecError
-from tuner.weights import LIMIT, WeightPlan, plan
+from tuner.weights import LIMIT, StageWeights, WeightPlan, plan
 
 
 def _spec(tmp_path: Path, *, speculative: bool = True, server_args: tuple[str, ...] = (),
@@ -120,6 +120,5 @@ def test_prepare_plans_the_weights_of_the_experiment(tmp_path: Path) -> None:
                                           "allreduce": {WEIGHTS: DUMMY},
                                           "channels": {WEIGHTS: DUMMY},
                                           "speculative": {WEIGHTS: None}}
-    assert setup.weights.to_json()["stages"][3] == {
-        "stage": "speculative", "weights": "real",
-        "why": "it tunes the speculative shape, which acceptance judges"}
+    assert setup.weights.stages[3] == StageWeights(
+        "speculative", False, "it tunes the speculative shape, which acceptance judges")
