@@ -27,6 +27,7 @@ from tuner.search.fixed import FixedPoints
 from tuner.setup import Print, Setup
 from tuner.spec import ExperimentSpec
 from tuner.stats import CONFIDENCE, finite
+from tuner.weights import CONFIRM
 
 CONFIRM_DIR = "confirm"  # Ray's own files of the confirm trials (ours stay in DIR/<trial id>)
 REFERENCE_DIR = "reference"
@@ -83,6 +84,7 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
         echo(f"confirm: {len(cands) - 1} best config(s) and the baseline, {spec.confirm} fresh "
              f"launches each, interleaved, no early stopping")
         points, labels, owner = decide.interleaved(cands, spec.confirm)
+        points = [{**p, **setup.weights.pins(CONFIRM)} for p in points]  # the checkpoint's
         batch = run_points(setup, spec, resources, slots, points, labels, name=CONFIRM_DIR,
                            tags={"phase": "confirm"})
         data["interrupted"] = batch.interrupted
@@ -117,7 +119,8 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
     echo(f"speculative decoding: one launch of the {decision.label} settings with it off")
     ref_spec = spec.model_copy(update={"workload": args})
     config = decide.without_speculative_knobs(decision.config)
-    batch = run_points(setup, ref_spec, resources, slots, [config], ["no speculative"],
+    batch = run_points(setup, ref_spec, resources, slots,
+                       [{**config, **setup.weights.pins(CONFIRM)}], ["no speculative"],
                        name=REFERENCE_DIR, tags={"phase": "confirm", "variant": NO_SPECULATIVE})
     if batch.interrupted:
         data["interrupted"] = True
