@@ -50,7 +50,7 @@ def build_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any]
     rows = []
     trials = collect(out_dir)
     # Which weights each trial loaded, once any trial's config says (the weight policy ran):
-    # a config without the setting (the confirm stage's) loaded the checkpoint's.
+    # a config without the setting loaded the checkpoint's.
     weighed = any(WEIGHTS in t["config"] for t in trials.values())
     for tid, t in trials.items():
         rounds = t["rounds"]
