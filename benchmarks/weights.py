@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("samples", "scale", "load_s", "draft_load_s", "dummy_load_s", "confirm"):
         parser.add_argument("--" + name.replace("_", "-"), type=type(getattr(defaults, name)),
                             default=getattr(defaults, name))
+    parser.add_argument("--keep", action="store_true", help="keep the two experiment folders")
     parser.add_argument("--speculative-stage", action="store_true",
                         help="search the speculative shape as well (its stage loads the "
                         "checkpoint's weights)")
@@ -142,8 +144,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{settings.samples} trials, verify_ms, confirm top 1 x {settings.confirm}; the "
           f"speculative shape {'searched' if settings.speculative_stage else 'pinned'}")
     root = Path(tempfile.mkdtemp(prefix="st-weights-"))
-    with ray_tmpdir() as ray_tmp:
-        runs = {w: run_campaign(root, ray_tmp, w, settings) for w in ("auto", "real")}
+    try:
+        with ray_tmpdir() as ray_tmp:
+            runs = {w: run_campaign(root, ray_tmp, w, settings) for w in ("auto", "real")}
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.keep:
+        print(f"experiments: {root}")
     for run in runs.values():
         print(run.text())
         for line in run.lines:
