@@ -159,9 +159,18 @@ class Workload(ABC):
     measurement_env: ClassVar[tuple[str, ...]] = (
         "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "CUDA_VISIBLE_DEVICES")
 
+    # Metrics a round has only with speculative decoding on (a run without it has none).
+    speculative_metrics: ClassVar[tuple[str, ...]] = ()
+
     def supports(self, knob: Knob) -> bool:
         """Whether a knob has any effect on this workload (others are left out of the space)."""
         return True
+
+    def weight_free(self, metric: str) -> bool | None:
+        """Whether ``metric`` comes out the same on random weights (``weights=dummy``) as on
+        the checkpoint's: True for a timing of fixed work, False where the weights' values
+        enter (speculative acceptance); None when the workload loads no weights at all."""
+        return None
 
     def unmodelled(self, knob: Knob) -> dict[Value, str]:
         """Values of a supported knob this workload cannot run, each with the reason: the
@@ -233,6 +242,10 @@ class WorkloadArgs(BaseModel):
         """Bad input found before anything launches, for a run over ``space`` (each reason
         one line); ``experiment`` names the marker of any helper process a check starts."""
         return []
+
+    def server_flags(self) -> frozenset[str]:
+        """Server flags the base args set themselves (the user's server arguments)."""
+        return frozenset()
 
     def gpu_shortfall(self, node_gpus: int | None) -> str | None:
         """Why a node with ``node_gpus`` GPUs cannot run these args (None: it can, or the

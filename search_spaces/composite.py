@@ -9,6 +9,12 @@ allreduce, PCIe-IPC, quick allreduce (ROCm), MSCCL++, torch symmetric memory, an
 place. So each choice turns its backend on and every backend that would come before it off;
 NCCL stays the fallback for what the chosen backend declines (sizes, dtypes).
 
+``weights`` says which weights a trial's server loads: unset, the checkpoint's; ``dummy``,
+random ones for the target and the draft model alike (SGLang's ``--load-format dummy``: no
+checkpoint read). It is how a trial starts, not a setting servetune chooses: the weight policy
+(``tuner/weights.py``) sets it per stage, and it is taken off every configuration that leaves
+the search (``without_weights``).
+
 ``expand_config(config)`` replaces composites by their primitives. Primitives the config
 sets itself pass through unchanged; ``conflicts(config)`` names a primitive that contradicts
 the composite's choice (validation rejects such a config).
@@ -24,6 +30,8 @@ from search_spaces.domains import Value, one_of
 from search_spaces.knob import Group, Knob, KnobKind, Source
 
 ALLREDUCE_BACKEND = "allreduce-backend"
+WEIGHTS = "weights"
+DUMMY = "dummy"
 
 
 @dataclass(frozen=True)
@@ -78,8 +86,28 @@ _ALLREDUCE = Composite(
     choice_help={choice: why for choice, (_, why) in _BACKENDS.items()},
 )
 
-COMPOSITES: dict[str, Composite] = {_ALLREDUCE.knob.name: _ALLREDUCE}
+_WEIGHTS = Composite(
+    knob=Knob(WEIGHTS, KnobKind.COMPOSITE, Group.SETUP,
+              "Which weights the servers load (set per stage by --weights, not searched).",
+              (DUMMY,), one_of(DUMMY), source=Source.SERVETUNE,
+              default="unset: the checkpoint's"),
+    expansions={DUMMY: {"--load-format": DUMMY, "--speculative-draft-load-format": DUMMY}},
+    choice_help={DUMMY: "random weights for the target and the draft model, no checkpoint "
+                        "read: for timings that do not depend on weight values"},
+)
+
+COMPOSITES: dict[str, Composite] = {c.knob.name: c for c in (_ALLREDUCE, _WEIGHTS)}
 assert all(p in PRIMITIVES for c in COMPOSITES.values() for e in c.expansions.values() for p in e)
+
+
+def weights_of(config: Mapping[str, Value]) -> str:
+    """``dummy`` when the config has its server load random weights, else ``real``."""
+    return DUMMY if config.get(WEIGHTS) == DUMMY else "real"
+
+
+def without_weights(config: Mapping[str, Value]) -> dict[str, Value]:
+    """The config's settings: how its server loaded weights taken off."""
+    return {name: value for name, value in config.items() if name != WEIGHTS}
 
 
 def _is_unset(name: str, value: Value) -> bool:

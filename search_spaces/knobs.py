@@ -15,9 +15,13 @@ from search_spaces.catalogue import PRIMITIVES, SPECULATIVE_KNOBS
 from search_spaces.composite import (
     ALLREDUCE_BACKEND,
     COMPOSITES,
+    DUMMY,
+    WEIGHTS,
     conflicts,
     expand_config,
     primitive_names,
+    weights_of,
+    without_weights,
 )
 from search_spaces.constraints import Config, violations
 from search_spaces.domains import (
@@ -31,10 +35,11 @@ from search_spaces.domains import (
 from search_spaces.knob import Group, Knob, KnobKind, Source
 
 __all__ = [
-    "ALLREDUCE_BACKEND", "CATALOGUE", "COMPOSITES", "NCCL_ALGORITHMS", "NCCL_COLLECTIVES",
-    "NCCL_PROTOCOLS", "SPECULATIVE_KNOBS", "Config", "Group", "Knob", "KnobKind", "Source",
-    "UnknownKnob", "Value", "canonical_name", "check_config", "config_warnings",
-    "expand_config", "get", "is_global_selector", "primitive_names", "renderer", "selector_for",
+    "ALLREDUCE_BACKEND", "CATALOGUE", "COMPOSITES", "DUMMY", "NCCL_ALGORITHMS",
+    "NCCL_COLLECTIVES", "NCCL_PROTOCOLS", "SPECULATIVE_KNOBS", "WEIGHTS", "Config", "Group",
+    "Knob", "KnobKind", "Source", "UnknownKnob", "Value", "canonical_name", "check_config",
+    "config_warnings", "expand_config", "get", "is_global_selector", "primitive_names",
+    "renderer", "selector_for", "weights_of", "without_weights",
 ]
 
 CATALOGUE: dict[str, Knob] = {**PRIMITIVES, **{n: c.knob for n, c in COMPOSITES.items()}}

@@ -121,7 +121,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 # The floors of ARCHITECTURE.md: a module imports only modules of its floor or below
 # (search/ and decide/ share a floor and never import each other).
 FLOORS = (("search_spaces",), ("launchers",),
-          ("tuner.spec", "tuner.setup", "tuner.stats", "tuner.limits"),
+          ("tuner.spec", "tuner.setup", "tuner.stats", "tuner.limits", "tuner.weights"),
           ("tuner.output",), ("tuner.search", "tuner.decide"), ("tuner.run",),
           ("tuner.cli", "tuner.__main__"))
 

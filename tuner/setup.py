@@ -14,6 +14,8 @@ from launchers.base import LaunchPlan, TrialContext, Workload
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace, SpaceError, load
 from tuner.spec import ExperimentSpec, Objective
+from tuner.weights import WeightPlan
+from tuner.weights import plan as weight_plan
 
 RUN_INFO = "run.json"
 Print = Callable[[str], None]
@@ -34,6 +36,7 @@ class Setup:
     dropped: list[str] = field(default_factory=list)
     gpus_per_trial: int = 0  # known once Ray is up (run.json keeps it)
     unmodelled: list[str] = field(default_factory=list)  # values left out: "KNOB=value: why"
+    weights: WeightPlan = field(default_factory=WeightPlan)  # per stage: random or real weights
 
     @property
     def out_dir(self) -> Path:
@@ -82,7 +85,8 @@ def prepare(spec: ExperimentSpec) -> Setup:
     mode = spec.mode or workload.default_mode
     objective = Objective(metric, mode, spec.rounds, tuple(spec.limits),
                           tuple(spec.workload.levels()), spec.workload.decide_level())
-    setup = Setup(spec, workload, space, objective, dropped, unmodelled=unmodelled)
+    setup = Setup(spec, workload, space, objective, dropped, unmodelled=unmodelled,
+                  weights=weight_plan(spec, space, workload, objective))
     with contextlib.suppress(OSError, ValueError, KeyError):
         setup.gpus_per_trial = int(json.loads((spec.out_dir / RUN_INFO).read_text())
                                    ["gpus_per_trial"])

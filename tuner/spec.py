@@ -90,6 +90,9 @@ class ExperimentSpec(BaseModel):
     gpu_clean_timeout: float = Field(60.0, ge=0)
     confirm: int = Field(3, ge=0, description="repeats per config in the confirm stage")
     confirm_top: int = Field(3, ge=1)
+    weights: Literal["auto", "real", "dummy"] = Field("auto", description=(
+        "which weights the search's servers load: per stage (auto), the checkpoint's, or "
+        "random ones; the confirm stage always loads the checkpoint's"))
     screen: Literal["proxy"] | None = Field(None, description="screen the NCCL part of the "
                                             "space on the proxy first (sglang workload)")
     screen_top: int = Field(3, ge=1)

@@ -14,7 +14,7 @@ from launchers import nccl_log
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_argv, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.sglang import datasets, levers
+from launchers.sglang import datasets, levers, weights
 from launchers.sglang import preflight as sglang_parser
 from launchers.sglang.bench import ROUND_KEYS
 from launchers.sglang.profile import STEP_SPANS
@@ -113,6 +113,8 @@ class SGLangArgs(WorkloadArgs):
 
     def decide_level(self) -> int:
         return self.objective_concurrency or self.concurrency[0]
+    def server_flags(self) -> frozenset[str]:
+        return frozenset(n for w in self.server_args if (n := _flag_name(w)) is not None)
 
     def without_speculative(self) -> SGLangArgs | None:
         """These args with speculative decoding off (no draft model, no ``--speculative-*``
@@ -206,8 +208,13 @@ class SGLangWorkload(Workload):
         *Workload.measurement_env,
         "SGLANG_ENABLE_METRICS_DEVICE_TIMER", "SGLANG_RECORD_STEP_TIME")
 
+    speculative_metrics: ClassVar[tuple[str, ...]] = weights.SPECULATIVE_ONLY
+
     def __init__(self, args: SGLangArgs) -> None:
         self.args = args
+
+    def weight_free(self, metric: str) -> bool | None:
+        return weights.weight_free(metric, self.speculative)
 
     # ------------------------------------------------------------ rendering (pure)
     @property

@@ -129,3 +129,11 @@ def test_tuner_plugin_check(tmp_path: Path) -> None:
     assert (tmp_path / "check" / "nccl-tuner.csv").is_file()
     plan = json.loads((tmp_path / "check" / "plugin-0" / "plan.json").read_text())
     assert "NCCL_PROTO" in plan["unset_env"] and "NCCL_PROTO" not in plan["env"]
+
+
+def test_weights() -> None:
+    lines = run_script("weights", "--samples", "4", "--scale", "0.01", "--confirm", "2",
+                       timeout=400)
+    assert re.fullmatch(rf"random weights: -?\d+% less campaign wall time than real weights "
+                        rf"everywhere \({NUMBER} s vs {NUMBER} s; servetune {NUMBER} s vs "
+                        rf"{NUMBER} s\), same decision: yes", lines[-1]), lines[-1]

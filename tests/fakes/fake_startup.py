@@ -49,6 +49,12 @@ def target_load_s(args: argparse.Namespace) -> float:
     return float(args.fake_dummy_load_s if args.load_format == "dummy" else args.fake_load_s)
 
 
+def random_weights(args: argparse.Namespace) -> bool:
+    """Whether the target or the draft runs on random weights: then no drafted token is
+    accepted (a random draft and a random target agree by chance only)."""
+    return "dummy" in (args.load_format, args.speculative_draft_load_format or args.load_format)
+
+
 def draft_load_s(args: argparse.Namespace) -> float:
     """The draft's, with ``--speculative-draft-load-format`` (default: ``--load-format``)."""
     fmt = args.speculative_draft_load_format or args.load_format

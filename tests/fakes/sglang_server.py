@@ -8,9 +8,9 @@ SGLang's endpoints (``/health_generate``, ``/health``, ``/ready``, ``/server_inf
 (shared/reference/sglang.md), and takes its timing from tests/fakes/cost_model.py through a
 batching scheduler loop (fake_engine.py). Startup loads weights by load format and captures
 decode graphs by batch size (fake_startup.py); acceptance depends on the prompt's content
-(content.py). Rank processes (fake_ranks.py) are started from this process's environment and
-write NCCL's INFO lines, so the NCCL_* settings a test passes can be read back from
-NCCL-format logs.
+(content.py), and on random weights (``--load-format dummy``) no drafted token is accepted.
+Rank processes (fake_ranks.py) are started from this process's environment and write NCCL's
+INFO lines, so the NCCL_* settings a test passes can be read back from NCCL-format logs.
 
 Times are model milliseconds; the server sleeps ``ms * --fake-time-scale``. The device-timer
 counters report model time, so ``verify_ms`` reads back what the model (or
@@ -36,7 +36,7 @@ from tests.fakes.cost_model import SpecParams, Timing
 from tests.fakes.fake_engine import Engine, Metrics, Request, log
 from tests.fakes.fake_http import FakeHTTPServer
 from tests.fakes.fake_ranks import Ranks
-from tests.fakes.fake_startup import Startup, target_load_s
+from tests.fakes.fake_startup import Startup, random_weights, target_load_s
 
 VERSION = "0.5.23"
 FAULTS = ("crash-startup", "hang-startup", "oom-startup", "die-mid-round", "hang-mid-round",
@@ -144,11 +144,12 @@ class FakeServer:
         if batch not in self._timings:
             t = cost_model.timing(self.nccl_env(), self.flags, self.tp, self.spec, batch)
             a = self.args
+            accept = 1.0 if random_weights(a) else t.accept_length  # random drafts: rejected
             self._timings[batch] = replace(
                 t,
                 verify_ms=t.verify_ms if a.fake_verify_ms is None else a.fake_verify_ms,
                 draft_ms=t.draft_ms if a.fake_draft_ms is None else a.fake_draft_ms,
-                accept_length=t.accept_length if a.fake_accept_length is None
+                accept_length=accept if a.fake_accept_length is None
                 else a.fake_accept_length)
             if a.fake_fault == "slow":
                 t = self._timings[batch]

@@ -63,6 +63,21 @@ def test_load_time_by_load_format() -> None:
     assert fake_startup.draft_load_s(draft_only) == 5.0
 
 
+@pytest.mark.parametrize(("argv", "accepted"), [
+    ([], True),
+    (["--load-format", "dummy"], False),  # the draft follows --load-format
+    (["--speculative-draft-load-format", "dummy"], False),
+    (["--load-format", "dummy", "--speculative-draft-load-format", "auto"], False),
+])
+def test_random_weights_accept_no_drafted_token(argv: list[str], accepted: bool) -> None:
+    server = sglang_server.FakeServer(args("--speculative-algorithm", "EAGLE3", *argv))
+    timing = server.timing(1)
+    assert (timing.accept_length > 1.5) is accepted
+    assert accepted or timing.accept_length == 1.0
+    assert timing.verify_ms == sglang_server.FakeServer(
+        args("--speculative-algorithm", "EAGLE3")).timing(1).verify_ms  # the same work
+
+
 def test_step_time_dict_follows_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
     """One entry per --decode-log-interval decode batches, keyed by the running batch size,
     worth the window's wall time / the interval in seconds (idle time included), on the

@@ -18,7 +18,7 @@ from tests.requirements import needs
 
 pytestmark = pytest.mark.integration
 
-PLOTS = ("objective", "confirm", "knobs", "parallel", "time_split", "pareto")
+PLOTS = ("objective", "confirm", "knobs", "parallel", "time_split", "pareto", "startup")
 
 
 @pytest.fixture(scope="module")

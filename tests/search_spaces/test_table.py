@@ -26,7 +26,8 @@ def test_one_row_per_knob_with_source_default_and_values() -> None:
 
 def test_composite_choices_say_what_they_set() -> None:
     rows = {r[0]: r for r in _rows(knob_table()) if len(r) == 3 and r[1] != "sets"}
-    assert list(rows) == [f"`{c}`" for c in COMPOSITES["allreduce-backend"].expansions]
+    assert list(rows) == [f"`{c}`" for comp in COMPOSITES.values() for c in comp.expansions]
+    assert rows["`dummy`"][1] == "`--load-format=dummy`, `--speculative-draft-load-format=dummy`"
     assert rows["`pcie-ipc`"][1] == ("`--disable-custom-all-reduce=true`, "
                                     "`SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1`, "
                                     "`--enforce-disable-flashinfer-allreduce-fusion=true`")

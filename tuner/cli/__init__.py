@@ -60,6 +60,12 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
                    help="more promoted settings from the middle and bottom of the proxy's "
                    "ranking, so that the proxy-vs-server correlation covers the ranking")
     g.add_argument("--screen-samples", type=int, help="proxy trials in the screen")
+    g.add_argument("--weights", choices=["auto", "real", "dummy"], default="auto",
+                   help="sglang: which weights the search's servers load: random ones "
+                   "(--load-format dummy) for stages whose objective is a timing random "
+                   "weights leave unchanged (auto, the default), the checkpoint's "
+                   "everywhere (real), or random ones everywhere (dummy); the confirm stage "
+                   "always loads the checkpoint's")
     g.add_argument("--no-failure-aware", action="store_true",
                    help="do not avoid values that failed the same way twice")
     g.add_argument("--limit", action="append", default=[], metavar="METRIC<=VALUE",

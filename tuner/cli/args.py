@@ -262,6 +262,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         "confirm_top": args.confirm_top, "screen": args.screen, "screen_top": args.screen_top,
         "screen_spread": args.screen_spread,
         "screen_samples": args.screen_samples, "profile": bool(getattr(args, "profile", False)),
+        "weights": args.weights,
         "screen_model": _CONVERT["model_config"](args.model_config, base)
         if args.screen and args.model_config else None,
         "limits": parse_limits(args.limit),

@@ -129,7 +129,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     stack = build_search(setup.space, setup.objective, search=spec.search,
                          stage_search=spec.stage_search, samples=spec.samples, seed=spec.seed,
                          failure_aware=spec.failure_aware, max_concurrent=1, out_dir=None,
-                         points=spec.points or None)
+                         points=spec.points or None, weights=setup.weights)
     port = spec.workload.port or spec.workload.production_port or 30000
     if not args.json:
         for note in [*notes, *stack.notes]:
@@ -165,6 +165,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                   f"{', '.join(setup.dropped)}")
         for note in setup.unmodelled:
             print(f"# not modelled by the {setup.workload.kind} workload, left out: {note}")
+        for line in setup.weights.lines():
+            print(f"# {line}")
     return 0
 
 
@@ -176,6 +178,7 @@ def load_setup(folder: Path) -> Setup:
 def cmd_report(args: argparse.Namespace) -> int:
     """The summary, and DIR/report.html + DIR/plots/*.png + DIR/best/report.md from disk."""
     from tuner.output import broken, confirm_text
+    from tuner.output.readiness import campaign
     from tuner.output.results import search_rows, summary_lines, write_table
     from tuner.run.finish import ReportError, decision_data, write_reports
     from tuner.run.lock import holder
@@ -193,6 +196,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(line)
     data = confirm_text.load(setup.out_dir) or decision_data(setup, df, "no confirm stage ran")
     for line in confirm_text.lines(data):
+        print(line)
+    for line in campaign(setup.out_dir, df).lines():
         print(line)
     try:
         written = write_reports(setup, df, data)

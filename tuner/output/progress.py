@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from search_spaces.knobs import DUMMY, WEIGHTS
+
 
 def fmt_value(value: Any) -> str:
     if isinstance(value, bool) or value is None:
@@ -25,4 +27,5 @@ def settings_text(config: Mapping[str, Any], knobs: Sequence[str]) -> str:
     changed = [f"{short_name(k)}={v}" if v is not True else short_name(k)
                for k, v in config.items()
                if k in knobs and v is not None and v is not False]
-    return " ".join(changed) or "baseline (no overrides)"
+    dummy = " [dummy weights]" if config.get(WEIGHTS) == DUMMY else ""
+    return (" ".join(changed) or "baseline (no overrides)") + dummy

@@ -14,13 +14,15 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.output import pareto, plots
+from search_spaces.knobs import DUMMY, WEIGHTS
+from tuner.output import pareto, plots, readiness
 from tuner.output.confirm_text import lines as confirm_lines
 from tuner.output.files import RULED_OUT_JSON, RUN_JSON, read_json
 from tuner.output.progress import settings_text
 from tuner.output.results import BREAKS, search_rows
 from tuner.setup import Setup
 from tuner.stats import Interval
+from tuner.weights import LIMIT
 
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
@@ -54,6 +56,8 @@ class Facts:
     counts: str = ""
     levels: Table = field(default_factory=list)  # the winner per concurrency level
     levels_text: str = ""
+    startup: Table = field(default_factory=list)  # time to ready per stage and weights
+    campaign: list[str] = field(default_factory=list)  # wall time, what random weights saved
 
 
 def _cell(value: Any) -> str:
@@ -112,6 +116,7 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
         base = search[search["baseline"] & ~search["trial_id"].isin(order["trial_id"])]
         for _, row in pd.concat([order, base]).iterrows():
             config = {k: (None if row.get(k) == "default" else row.get(k)) for k in knobs}
+            config.update({WEIGHTS: DUMMY} if row.get(WEIGHTS) == DUMMY else {})
             label = " (baseline)" if row["baseline"] else ""
             top.append([str(row["trial_id"]) + label, str(row["status"]), _cell(row["score"]),
                         f"{row['speedup']:.3f}x" if _cell(row["speedup"]) != "-" else "-",
@@ -137,12 +142,17 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
     counts = ", ".join(f"{v} {k}" for k, v in sorted(df["status"].value_counts().items())) \
         if not df.empty else "no trials"
     spec_text = ((confirm_data or {}).get("speculative") or {}).get("text")
+    if setup.weights.applies or setup.weights.note:
+        how.append(["weights", setup.weights.summary()])
+    if WEIGHTS in df and (df[WEIGHTS] == DUMMY).any():
+        notes.append(f"random weights: {LIMIT}")
+    startup, campaign = readiness.section(df, out)
     return Facts(spec.name, str(out), workload, space, how,
                  decision.get("text") or "no decision (the run did not complete)",
                  str(decision.get("kind") or "none"), chosen,
                  [ln for ln in confirm_lines(confirm_data or {}) if ln.startswith("  ")
                   or ln.startswith("confirm")], spec_text, top, failures, notes, counts,
-                 *level_table(setup, df, confirm_data))
+                 *level_table(setup, df, confirm_data), startup, campaign)
 
 
 def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
@@ -207,7 +217,9 @@ def markdown(f: Facts) -> str:
     lines += ["## What was searched", "", *_md_table(f.space), "", "### Workload", "",
               *_md_table(f.workload), "", "## How", "", *_md_table(f.how), "",
               f"Trials: {f.counts}.", "", "## Best trials of the search", "",
-              *_md_table(f.top), "", "## Failures by kind", "", *_md_table(f.failures), ""]
+              *_md_table(f.top), "", "## Failures by kind", "", *_md_table(f.failures), "",
+              "## Time to ready", "", *[f"- {line}" for line in f.campaign], "",
+              *_md_table(f.startup), ""]
     if f.notes:
         lines += ["## Notes", "", *[f"- {n}" for n in f.notes], ""]
     return "\n".join(lines)
@@ -271,6 +283,8 @@ def html_page(f: Facts, folder: Path, shown: Sequence[Plot]) -> str:
     parts += [_figure(folder, p) for p in shown] or ["<p>No plots: no trial has a score.</p>"]
     parts += ["<h2>Best trials of the search</h2>", _html_table(f.top),
               "<h2>Failures by kind</h2>", _html_table(f.failures),
+              "<h2>Time to ready</h2>", *[f"<p>{e(line)}</p>" for line in f.campaign],
+              _html_table(f.startup),
               "<h2>What was searched</h2>", _html_table(f.space),
               "<h3>Workload</h3>", _html_table(f.workload),
               "<h2>How</h2>", _html_table(f.how)]
@@ -318,6 +332,10 @@ def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any]
               "the measured split of a cycle (draft vs verify) or of a verify pass "
               "(compute vs exposed communication)"),
          lambda p: plots.time_split(df, metric, mode, p)),
+        (Plot(f"{PLOTS_DIR}/startup.png", "time to ready",
+              "time to ready per trial in launch order: loading weights (light: random "
+              "weights), capturing CUDA graphs, and the rest, from the server's own log"),
+         lambda p: readiness.plot(df, p)),
     ]
     shown = []
     for plot, draw in candidates:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from search_spaces.knobs import CATALOGUE, Value
+from search_spaces.knobs import CATALOGUE, WEIGHTS, Value, weights_of, without_weights
 from tuner.limits import SEARCH_KEY, breaks
 from tuner.output.files import JOURNAL, RESULTS_CSV, read_journal
 from tuner.spec import Objective
@@ -49,7 +49,11 @@ def collect(out_dir: Path) -> dict[str, dict[str, Any]]:
 def build_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any],
                 running: bool = False) -> pd.DataFrame:
     rows = []
-    for tid, t in collect(out_dir).items():
+    trials = collect(out_dir)
+    # Which weights each trial loaded, once any trial's config says (the weight policy ran):
+    # a config without the setting loaded the checkpoint's.
+    weighed = any(WEIGHTS in t["config"] for t in trials.values())
+    for tid, t in trials.items():
         rounds = t["rounds"]
         end = t["end"] or {}
         failure = end.get("failure") or {}
@@ -68,6 +72,8 @@ def build_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any]
             "score": _mean([r.get(objective.metric) for r in rounds]),
         }
         row.update({k: _show(v) for k, v in t["config"].items()})
+        if weighed:
+            row[WEIGHTS] = weights_of(t["config"])
         names = {k for r in rounds for k in r} - {"round", SEARCH_KEY}
         for name in sorted(names):
             values = [r.get(name) for r in rounds]
@@ -118,6 +124,7 @@ def feasible(df: pd.DataFrame, level: int | None = None,
 
 
 def _same(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> bool:
+    config, baseline = without_weights(config), without_weights(baseline)
     return all(config.get(k) == v for k, v in baseline.items()) and \
         all(baseline.get(k, CATALOGUE[k].unset if k in CATALOGUE else None) == v
             for k, v in config.items())
@@ -148,12 +155,13 @@ def write_csv(df: pd.DataFrame, out_dir: Path) -> Path:
 
 
 def config_of(out_dir: Path, trial_id: str) -> dict[str, Any]:
-    return dict(collect(out_dir)[trial_id]["config"])
+    return without_weights(collect(out_dir)[trial_id]["config"])
 
 
 def configs(out_dir: Path) -> dict[str, dict[str, Value]]:
-    """Every trial's configuration as launched, by trial id."""
-    return {tid: dict(t["config"]) for tid, t in collect(out_dir).items()}
+    """Every trial's settings as launched, by trial id; which weights its server loaded is
+    taken off (a setting to confirm or export never runs on random weights)."""
+    return {tid: without_weights(t["config"]) for tid, t in collect(out_dir).items()}
 
 
 def search_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -209,6 +217,7 @@ def summary_lines(df: pd.DataFrame, objective: Objective, knobs: list[str], top:
     for _, row in pd.concat([shown, base[~base["trial_id"].isin(shown["trial_id"])]]).iterrows():
         changed = [f"{k}={row[k]}" for k in knobs if k in row and row[k] not in ("default", False)]
         label = " (baseline)" if row["baseline"] else ""
+        label += " [dummy weights]" if row.get(WEIGHTS) == "dummy" else ""
         score = f"{row['score']:.4g}" if row["score"] == row["score"] and row["score"] is not None \
             else "-"
         speed = f"{row['speedup']:.3f}x" if row["speedup"] == row["speedup"] else "-"

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from tuner.search.fixed import FixedPoints
 from tuner.setup import Print, Setup
 from tuner.spec import ExperimentSpec
 from tuner.stats import CONFIDENCE, finite
+from tuner.weights import CONFIRM
 
 CONFIRM_DIR = "confirm"  # Ray's own files of the confirm trials (ours stay in DIR/<trial id>)
 REFERENCE_DIR = "reference"
@@ -86,6 +88,7 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
         echo(f"confirm: {len(cands) - 1} best config(s) and the baseline, {spec.confirm} fresh "
              f"launches each, interleaved, no early stopping")
         points, labels, owner = decide.interleaved(cands, spec.confirm)
+        points = [{**p, **setup.weights.pins(CONFIRM)} for p in points]  # the checkpoint's
         batch = run_points(setup, spec, resources, slots, points, labels, name=CONFIRM_DIR,
                            tags={"phase": "confirm"})
         data["interrupted"] = batch.interrupted
@@ -114,11 +117,16 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
     args = spec.workload.without_speculative()
     if args is None or decision.config is None:
         return None
+    if re.sub(r"_c\d+$", "", objective.metric) in setup.workload.speculative_metrics:
+        return {"text": f"no reference run without speculative decoding: {objective.metric} "
+                        "exists only with it on", "pays_off": None, "with": None,
+                "without": None, "reference_trial": None}
     echo("")
     echo(f"speculative decoding: one launch of the {decision.label} settings with it off")
     ref_spec = spec.model_copy(update={"workload": args})
     config = decide.without_speculative_knobs(decision.config)
-    batch = run_points(setup, ref_spec, resources, slots, [config], ["no speculative"],
+    batch = run_points(setup, ref_spec, resources, slots,
+                       [{**config, **setup.weights.pins(CONFIRM)}], ["no speculative"],
                        name=REFERENCE_DIR, tags={"phase": "confirm", "variant": NO_SPECULATIVE})
     if batch.interrupted:
         data["interrupted"] = True

@@ -65,11 +65,12 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
                              stage_search=spec.stage_search, samples=spec.samples,
                              seed=spec.seed, failure_aware=spec.failure_aware,
                              max_concurrent=slots, out_dir=out_dir,
-                             points=spec.points or None, study=study)
+                             points=spec.points or None, study=study,
+                             weights=setup.weights)
         if study is not None:
             echo(f"Optuna study {study.name!r} in {study.storage} "
                  f"(optuna-dashboard {study.storage})")
-        for note in stack.notes:
+        for note in [*stack.notes, *setup.weights.lines()]:
             echo(note)
         watch = EnvironmentWatch(out_dir, setup.space.baseline(), feed=stack.filtering)
         recorder = Recorder(out_dir, setup.objective, setup.space.baseline(),

@@ -17,6 +17,7 @@ from tuner.decide.confirm import search_decision
 from tuner.decide.decision import Decision
 from tuner.output import broken, confirm_text, exports, report
 from tuner.output.files import BEST_DIR, JOURNAL, RESULTS_CSV, RULED_OUT_JSON, read_journal, write_json
+from tuner.output.readiness import campaign
 from tuner.output.results import collect, configs, search_rows, summary_lines, write_table
 from tuner.run.profile import after_run
 from tuner.search.memory import FailureMemory
@@ -130,6 +131,8 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
                 echo(f"report: {path}")
     except ReportError as err:
         echo(str(err))
+    for line in campaign(out, df).lines():
+        echo(line)
     if interrupted:
         echo(f"interrupted: finish it with  servetune run --resume {out}")
     echo(f"results: {out / RESULTS_CSV}")

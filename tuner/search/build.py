@@ -22,6 +22,7 @@ from tuner.search.space_searcher import SpaceSearcher
 from tuner.search.staged import StagedSearcher
 from tuner.search.study import open_storage, study_name
 from tuner.spec import Objective
+from tuner.weights import SEARCH, WeightPlan
 
 
 @dataclass(frozen=True)
@@ -98,11 +99,19 @@ class SearchStack:
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
                  samples: int, seed: int, failure_aware: bool, max_concurrent: int,
                  out_dir: Path | None, points: list[dict[str, Any]] | None = None,
-                 study: Study | None = None) -> SearchStack:
+                 study: Study | None = None, weights: WeightPlan | None = None
+                 ) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
     stack writes what it rejects and each stage's winner (None: nowhere, for a preview);
-    ``study``: where Optuna keeps its study (None: in memory)."""
+    ``study``: where Optuna keeps its study (None: in memory); ``weights``: which weights
+    each stage's trials load (a staged search adds them per stage; any other search has one
+    stage, so its space pins them)."""
     notes: list[str] = []
+    weights = weights or WeightPlan()
+    stage_pins = weights.stage_pins()
+    if search != "staged" or points:
+        space = space.with_pins(weights.pins(SEARCH))
+        stage_pins = {}
     rejects = _RejectLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None
     if points:
@@ -120,7 +129,8 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         staged = StagedSearcher(space, samples, objective.rounds,
                                 _StageInner(stage_search, objective, study), seed,
                                 objective.search_metric, objective.mode,
-                                out_dir / STAGES_JSON if out_dir is not None else None)
+                                out_dir / STAGES_JSON if out_dir is not None else None,
+                                stage_pins)
         inner: Searcher = staged
         if not space.stages:
             notes.append(f"{space.name} defines no stages: one stage with every knob")

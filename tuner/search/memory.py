@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from search_spaces.knobs import CATALOGUE, Value
+from search_spaces.knobs import CATALOGUE, Value, without_weights
 
 # Failure kinds that say nothing about the configuration itself.
 ENVIRONMENTAL = {"invalid_config", "port_busy", "gpu_busy", "not_modelled"}
@@ -41,7 +41,7 @@ class FailureMemory:
         """``kind`` None: the trial ran fine."""
         if kind in ENVIRONMENTAL:
             return
-        for name, value in config.items():
+        for name, value in without_weights(config).items():  # how it loaded is no setting
             if name in self.never and self.never[name] == value:
                 continue
             key = self._key(name, value)

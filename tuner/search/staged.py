@@ -1,10 +1,16 @@
 """StagedSearcher: the space's stages in order, each searched with the winners of the earlier
-stages pinned; the history of winners is written to stages.json as each stage ends."""
+stages pinned; the history of winners is written to stages.json as each stage ends.
+
+A stage may also add settings of its own to each of its trials (``stage_pins``: which weights
+the servers load). They say how a stage measures, not what it chose: a winner leaves them
+behind, and it is compared in a later stage only if that stage measures the same way. (Every
+stage's searcher proposes the stage's defaults first, which is the carried-over winner: a
+stage on other weights re-measures it as its first trial.)"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +32,10 @@ class StagedSearcher(OwnSpaceSearcher):
     def __init__(self, space: SearchSpace, total_samples: int, rounds: int,
                  make_inner: Callable[[SearchSpace, int, str | None], Searcher], seed: int = 0,
                  metric: str | None = None, mode: str | None = None,
-                 history_file: Path | None = None) -> None:
+                 history_file: Path | None = None,
+                 stage_pins: Mapping[str, Config] | None = None) -> None:
         super().__init__(metric=metric, mode=mode)
+        self.stage_pins = {name: dict(pins) for name, pins in (stage_pins or {}).items()}
         self.history_file = history_file  # stages.json: each stage's winner as it is known
         self.space = space
         self.rounds = rounds
@@ -47,6 +55,7 @@ class StagedSearcher(OwnSpaceSearcher):
         self.stage_of: dict[str, str] = {}
         self.config_of: dict[str, Config] = {}
         self.values: dict[str, list[float]] = defaultdict(list)
+        self.rounds_of: dict[str, set[int]] = {}  # the rounds ``values`` holds, per trial
         self.winners: Config = space.baseline()
         self.winner_trial: str | None = None
         self.history: list[dict[str, Any]] = []
@@ -92,10 +101,20 @@ class StagedSearcher(OwnSpaceSearcher):
             self.inner.on_trial_complete(inner_id, error=True)
 
     def _launch(self, trial_id: str, config: Config) -> Config:
+        config = {**config, **self._pins(self.current_stage)}
         self.live.add(trial_id)
         self.stage_of[trial_id] = self.current_stage
         self.config_of[trial_id] = config
         return config
+
+    def _pins(self, stage: str) -> Config:
+        return self.stage_pins.get(stage, {})
+
+    def _measured_as(self, trial_id: str, stage: str) -> bool:
+        """Whether ``trial_id`` ran with ``stage``'s own settings (its scores compare)."""
+        config = self.config_of[trial_id]
+        names = {n for pins in self.stage_pins.values() for n in pins}
+        return {n: config.get(n) for n in names} == {n: self._pins(stage).get(n) for n in names}
 
     def _score(self, trial_id: str) -> tuple[int, float] | None:
         values = self.values.get(trial_id)
@@ -122,27 +141,39 @@ class StagedSearcher(OwnSpaceSearcher):
     def _pick_winner(self) -> None:
         stage = self.current_stage
         candidates = [t for t, s in self.stage_of.items() if s == stage]
-        if self.winner_trial:
+        if self.winner_trial and self._measured_as(self.winner_trial, stage):
             candidates.append(self.winner_trial)
         scored = [(sc, t) for t in candidates if (sc := self._score(t)) is not None]
         if scored:
             _, best = max(scored)
             self.winner_trial = best
-            self.winners = dict(self.config_of[best])
+            own = {n for pins in self.stage_pins.values() for n in pins}
+            self.winners = {n: v for n, v in self.config_of[best].items() if n not in own}
         self.history.append({"stage": stage, "winner": self.winner_trial,
-                             "config": dict(self.winners)})
+                             "config": dict(self.winners), **(
+                                 {"pins": self._pins(stage)} if self._pins(stage) else {})})
         if self.history_file is not None:
             write_json(self.history_file, self.history)
 
-    def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if self.metric in result and trial_id in self.stage_of:
+    def _record(self, trial_id: str, result: dict) -> None:
+        """A round's value, once. Ray hands the round that ends a trial (the last one, or one
+        the scheduler stops it at) to ``on_trial_complete`` only."""
+        done = self.rounds_of.setdefault(trial_id, set())
+        round_ = result.get("round", len(self.values[trial_id]) + 1)
+        if self.metric in result and trial_id in self.stage_of and round_ not in done:
+            done.add(round_)
             self.values[trial_id].append(float(result[self.metric]))
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self._record(trial_id, result)
         if self.inner is not None and self.stage_of.get(trial_id) == self.current_stage:
             self.inner.on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
         self.live.discard(trial_id)
+        if result and not error:
+            self._record(trial_id, result)
         if error:
             self.values.pop(trial_id, None)
         if self.inner is not None and self.stage_of.get(trial_id) == self.current_stage:
