@@ -29,7 +29,7 @@ STAGE=/root/stage
 PLUGIN=$STAGE/libnccl-tuner-example.so
 # The proxy with Kimi-K2.5's shapes at TP 2: 15 replays per graph per round keep a trial near
 # 10 s (6 s of it start-up: torch import, NCCL, capture).
-PROXY=(--model-config kimi-k2.5 --iters 15 --rounds 3)
+PROXY=(--model-config kimi-k2.5 --iters 15 --rounds 3 --no-dashboard)  # the dashboard needs packages this machine lacks
 
 step() {  # step NAME LIMIT_S COMMAND...: output to $OUT/NAME.log, a summary line
   local name=$1 limit=$2 began rc
@@ -67,7 +67,7 @@ runs)
 landscape)
   step landscape 400 python3 -m tuner run --space benchmarks/landscape-nvlink.yaml --search grid \
     --samples 36 --scheduler fifo --confirm 0 --model-config kimi-k2.5 --iters 15 --rounds 1 \
-    --interconnect pcie --out runs/landscape-h200x2-p2p-off
+    --interconnect pcie --no-dashboard --out runs/landscape-h200x2-p2p-off
   python3 -m benchmarks.landscape_table runs/landscape-h200x2-p2p-off \
     --out "$OUT/h200x2-p2p-off.csv" --name h200x2-p2p-off \
     --machine "2x H200 (NV18), --interconnect pcie (NCCL_P2P_DISABLE=1), proxy kimi-k2.5 TP 2" \

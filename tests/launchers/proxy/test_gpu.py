@@ -103,7 +103,7 @@ def test_profile_on_gpu(make_ctx: MakeCtx) -> None:
         running.wait_ready(120)
         measured = running.measure(0)
         files = running.profile(5)
-    result = trace.read(files)
+    result = trace.read(files, ProxyWorkload.step_spans)
     verify = result.main("verify")
     assert result.device == "gpu" and verify is not None and verify.steps == 5, result.to_json()
     assert verify.compute_ms > 0 and verify.top_kernels
