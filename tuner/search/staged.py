@@ -1,11 +1,13 @@
 """StagedSearcher: the space's stages in order, each searched with the winners of the earlier
 stages pinned; the history of winners is written to stages.json as each stage ends.
 
+Every stage's searcher proposes the stage's defaults first, which is the carried-over winner:
+it is answered from its measurement (no launch, no sample of the stage's budget) when it was
+measured the way the stage measures, and launched again otherwise.
+
 A stage may also add settings of its own to each of its trials (``stage_pins``: which weights
 the servers load). They say how a stage measures, not what it chose: a winner leaves them
-behind, and it is compared in a later stage only if that stage measures the same way. (Every
-stage's searcher proposes the stage's defaults first, which is the carried-over winner: a
-stage on other weights re-measures it as its first trial.)"""
+behind, and it is compared in a later stage only if that stage measures the same way."""
 
 from __future__ import annotations
 
@@ -79,7 +81,10 @@ class StagedSearcher(OwnSpaceSearcher):
                     return None
                 if suggestion != Searcher.FINISHED:
                     config = {**self.winners, **suggestion}
-                    if config == self.winners:  # the winner so far: measured, not relaunched
+                    if config == self.winners and self.winner_trial is not None and \
+                            self._measured_as(self.winner_trial, self.current_stage):
+                        # The winner so far, measured as this stage measures: answered from
+                        # its measurement, neither relaunched nor charged to the budget.
                         self._answer_with_winner(inner_id)
                         repeats += 1
                         continue
