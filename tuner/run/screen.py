@@ -122,8 +122,7 @@ def rank_correlation(screen_dir: Path, screen_table: pd.DataFrame, server_dir: P
     interval = spearman_interval(rho, len(pairs)) if rho is not None and rho == rho else None
     return {"settings": [json.loads(k) for k in common], "proxy": pairs["proxy"].tolist(),
             "server": pairs["server"].tolist(),
-            "roles": [(roles or {}).get(k, "baseline" if not json.loads(k) else "other")
-                      for k in common],
+            "roles": [(roles or {}).get(k, "other") for k in common],
             "n": len(pairs), "spearman": rho,
             "interval": list(interval) if interval is not None else None}
 
@@ -153,8 +152,9 @@ def run_screened(spec: ExperimentSpec, *, resume: bool = False,
     # comparison with partial scores.
     server = run(spec.model_copy(update={"points": [s for _, s in picked],
                                          "scheduler": "fifo"}), resume=resume, echo=echo)
-    corr = rank_correlation(first.out_dir, screen.table, spec.out_dir, server.table,
-                            {_key(s): role for role, s in picked})
+    roles = {_key(env_part(prepare(spec).space.baseline())): "baseline",
+             **{_key(s): role for role, s in picked}}
+    corr = rank_correlation(first.out_dir, screen.table, spec.out_dir, server.table, roles)
     write_json(spec.out_dir / SCREEN_JSON, corr)
     echo("screen: " + correlation_text(corr))
     return server

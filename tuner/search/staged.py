@@ -81,8 +81,9 @@ class StagedSearcher(OwnSpaceSearcher):
                     return None
                 if suggestion != Searcher.FINISHED:
                     config = {**self.winners, **suggestion}
-                    if config == self.winners and self.winner_trial is not None and \
-                            self._measured_as(self.winner_trial, self.current_stage):
+                    if config == self.winners and (
+                            self.winner_trial is None  # nothing measured: a repeat, not run
+                            or self._measured_as(self.winner_trial, self.current_stage)):
                         # The winner so far, measured as this stage measures: answered from
                         # its measurement, neither relaunched nor charged to the budget.
                         self._answer_with_winner(inner_id)
