@@ -265,3 +265,29 @@ def test_python_m_tuner_is_the_servetune_command(tmp_path: Path) -> None:
                               env={**os.environ, "RAY_TMPDIR": str(done.ray_dir)}, timeout=60)
         assert same.stdout == done.stdout
     assert not done.ray_started
+
+
+# ---------------------------------------------------------------- SGLang's env levers (issue 15)
+
+
+def test_a_space_with_sglangs_pcie_ipc_lever_plans(tmp_path: Path) -> None:
+    space = space_file(tmp_path, "name: ipc\nknobs:\n  SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: [0, 1]\n")
+    model = tmp_path / "model"
+    model.mkdir()
+    done = servetune(tmp_path, "plan", "--model", str(model), "--server-cmd", SERVER,
+                     "--space", space, "--search", "grid", "--json", "--out",
+                     str(tmp_path / "out"))
+    assert done.code == 0, done.stderr
+    envs = [json.loads(line)["env"] for line in done.stdout.splitlines()]
+    assert [e.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") for e in envs] == [None, "0", "1"]
+    assert not done.ray_started and not done.out.exists()
+
+
+def test_a_misspelt_sglang_lever_is_one_line_naming_the_real_one(tmp_path: Path) -> None:
+    space = space_file(tmp_path, "name: ipc\nknobs:\n  SGLANG_ENABLE_PCIE_IPC_ALLREDUCEE: [0, 1]\n")
+    done = servetune(tmp_path, *run_args(tmp_path, "--space", space))
+    assert done.code == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCEE" in done.stderr
+    assert "did you mean SGLANG_ENABLE_PCIE_IPC_ALLREDUCE?" in done.stderr
+    assert not done.ray_started and not done.out.exists()
