@@ -8,7 +8,10 @@
 # everything but Ray from .raywheel1 and stages Ray's first half; `wheels2` joins Ray's halves
 # and installs it. NVIDIA's example tuner plugin is built from NCCL's own source of the
 # version torch loads (v2.28.9-1, ext-tuner/example), unpacked in .nccl-tuner-example/
-# (never part of this repository).
+# (never part of this repository), built from a scratch copy with one fix: NCCL hands the
+# cost table over as a flat float[algorithms][protocols] cast to float**, and that version's
+# example indexes it as an array of pointers, so it dies of SIGSEGV on the first collective
+# (NVIDIA/nccl#1974; the example of 2.29.7 casts the table back, as the step does).
 #
 # Steps:
 #   wheels1     stage and install the wheels of .raywheel1 (Ray's first half staged)
@@ -19,6 +22,8 @@
 #               over NVLink and with --interconnect pcie
 #   landscape   the 36-point grid of benchmarks/landscape-nvlink.yaml with --interconnect pcie,
 #               turned into a measured search-efficiency landscape
+#   landscape-nccl  the same grid over NVLink with every allreduce on NCCL
+#               (benchmarks/landscape-nvlink-nccl.yaml): where the NCCL knobs act
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -49,7 +54,11 @@ tests)
   step gpu_tests 240 python3 -m pytest -m gpu tests/launchers/proxy/test_gpu_paths.py tests/launchers/proxy/test_gpu.py -q -p no:cacheprovider -rs -x
   tail -3 "$OUT/gpu_tests.log" ;;
 plugin)
-  (cd .nccl-tuner-example/ext-tuner/example && gcc -Inccl -fPIC -shared -o "$PLUGIN" plugin.c) &&
+  rm -rf "$STAGE/tuner-example" && mkdir -p "$STAGE" &&
+    cp -r .nccl-tuner-example/ext-tuner/example "$STAGE/tuner-example" &&
+    sed -i 's/collCostTable\[config->algorithm\]\[config->protocol\]/((float (*)[NCCL_NUM_PROTOCOLS])collCostTable)[config->algorithm][config->protocol]/g' \
+      "$STAGE/tuner-example/plugin.c" &&
+    (cd "$STAGE/tuner-example" && gcc -Inccl -fPIC -shared -o "$PLUGIN" plugin.c) &&
     step tuner_plugin 240 python3 -m benchmarks.tuner_plugin_check --plugin "$PLUGIN" \
       --model-config kimi-k2.5 --pin NCCL_PROTO=LL --pin NCCL_MAX_NCHANNELS=8 --out "$OUT/plugin"
   tail -12 "$OUT/tuner_plugin.log" ;;
@@ -74,7 +83,17 @@ landscape)
     --command "bash benchmarks/gpu_session.sh landscape"
   tail -5 "$OUT/landscape.log"
   tar czf "$OUT/landscape.tgz" --exclude='*.trace.json.gz' runs/landscape-h200x2-p2p-off ;;
+landscape-nccl)
+  step landscape_nccl 480 python3 -m tuner run --space benchmarks/landscape-nvlink-nccl.yaml \
+    --search grid --samples 36 --scheduler fifo --confirm 0 --model-config kimi-k2.5 --iters 15 \
+    --rounds 1 --no-dashboard --out runs/landscape-h200x2-nvlink-nccl
+  python3 -m benchmarks.landscape_table runs/landscape-h200x2-nvlink-nccl \
+    --out "$OUT/h200x2-nvlink-nccl.csv" --name h200x2-nvlink-nccl \
+    --machine "2x H200 (NV18), NVLink, every allreduce on NCCL, proxy kimi-k2.5 TP 2" \
+    --command "bash benchmarks/gpu_session.sh landscape-nccl"
+  tail -5 "$OUT/landscape_nccl.log"
+  tar czf "$OUT/landscape_nccl.tgz" --exclude='*.trace.json.gz' runs/landscape-h200x2-nvlink-nccl ;;
 *)
-  sed -n '2,30p' "$0"
+  sed -n '2,36p' "$0"
   exit 2 ;;
 esac

@@ -18,6 +18,9 @@ torch loads (``python -c "import torch; print(torch.cuda.nccl.version())"``):
     git clone --depth 1 --branch v<that version>-1 https://github.com/NVIDIA/nccl /tmp/nccl-src
     make -C /tmp/nccl-src/plugins/tuner/example   # -> libnccl-tuner-example.so
 (a plugin newer than the NCCL that loads it is refused: the log then says "unsupported").
+Before 2.29.7 the example indexes NCCL's cost table as an array of pointers and the proxy dies
+of SIGSEGV at its first collective, before NCCL flushes a log line (NVIDIA/nccl#1974):
+benchmarks/gpu_session.sh's plugin step applies 2.29.7's cast to a scratch copy first.
 
 Needs the repository, torch and the built plugin; no Ray. ``--device cpu`` is a dry run of
 the script itself (gloo: no NCCL, so no plugin either). Prints a short table last.

@@ -188,6 +188,12 @@ def tuner_csv(rules: Sequence[TunerRule], notes: Sequence[str], experiment: str,
             "file>, and drop NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS "
             "from the env; other NCCL settings stay in it (best/env).")
         lines += _comment(
+            "Build the plugin from NCCL 2.29.7's source or later: older examples read NCCL's "
+            "cost table as an array of pointers and die of SIGSEGV at the first collective "
+            "(NVIDIA/nccl#1974); for an older NCCL, index the table as 2.29.7's example does "
+            "(float (*)[NCCL_NUM_PROTOCOLS])collCostTable. Seen and fixed that way on NCCL "
+            "2.28.9 (BENCHMARKS.md).")
+        lines += _comment(
             f"The rules are what NCCL ran under the chosen env settings{f' ({source})' if source else ''}: "
             "algorithm, protocol and the channel count it used, for every collective type the "
             f"run issued ({', '.join(colls)}), binned by the message sizes it issued; the first "

@@ -143,6 +143,10 @@ def test_the_file_says_what_the_plugin_does_outside_its_rules() -> None:
     assert "ONE channel" in outside and "broadcast, reduce, reducescatter" in outside
     assert "channels -1" in outside and "NCCL_TUNER_CONFIG_FILE" in outside
     assert "# " + ",".join(TUNER_COLUMNS) in text
+    # The example plugin of NCCL before 2.29.7 crashes on every file (seen on 2.28.9): the
+    # file says which build to use and the one-line fix for an older NCCL.
+    assert "2.29.7" in outside and "nccl#1974" in outside
+    assert "(float (*)[NCCL_NUM_PROTOCOLS])collCostTable" in outside
 
 
 def test_settings_left_to_nccl_or_an_unlogged_run_give_no_rules() -> None:
