@@ -47,9 +47,15 @@ class Paths:
 
     @property
     def not_modelled(self) -> list[str]:
-        """Why each collective the proxy cannot run is not modelled (empty: all run)."""
-        return [r.describe() for r in (self.allreduce, self.allgather) if r.error is None
-                and not r.modelled]
+        """Why each path the proxy cannot run is not modelled, once per path, with which
+        collective SGLang sends there and why (empty: all run)."""
+        routes: dict[str, list[tuple[str, dispatch.Route]]] = {}
+        for what, r in (("all-reduce", self.allreduce), ("all-gather", self.allgather)):
+            if r.error is None and not r.modelled:
+                routes.setdefault(r.path, []).append((what, r))
+        return [f"{path}: not modelled ({dispatch.NOT_MODELLED[path]}); "
+                + "; ".join(f"{what}: {r.why}" for what, r in found)
+                for path, found in routes.items()]
 
 
 def machine(*, ranks: int, cuda: bool, interconnect: str, topology: Topology, graph: bool,

@@ -57,6 +57,11 @@ def test_unmodelled_values(monkeypatch: pytest.MonkeyPatch) -> None:
     two = ProxyWorkload(ProxyArgs(model="kimi-k2.5", device="cuda", ranks=2))
     assert two.unmodelled(CATALOGUE["--enable-symm-mem"]).keys() == {True}
     assert "NCCL symmetric memory" in two.unmodelled(CATALOGUE["--enable-symm-mem"])[True]
+    # The backend sends both collectives to NCCL symmetric memory: the reason once, then why
+    # each collective goes there.
+    symm = two.unmodelled(CATALOGUE["allreduce-backend"])["nccl-symm-mem"]
+    assert symm.count("NCCL symmetric memory (") == 1 and symm.count("not modelled") == 1, symm
+    assert "all-reduce: " in symm and "all-gather: " in symm
     assert two.unmodelled(CATALOGUE["--enable-mscclpp"]) == {}  # no effect at 2 ranks
     assert two.unmodelled(CATALOGUE["--disable-custom-all-reduce"]) == {}
     assert two.unmodelled(CATALOGUE["--flashinfer-allreduce-fusion-backend"]) == {}
