@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.landscapes import Landscape
+from benchmarks.landscapes import Landscape, builtin_landscape
 from search_spaces.knobs import CATALOGUE, Value
 from search_spaces.space import SearchSpace, from_mapping
 from tuner.search.keys import config_key
@@ -203,6 +203,14 @@ def _run_objective(run_dir: Path) -> tuple[str | None, str | None, str | None]:
     return spec.metric or workload.default_metric, spec.mode or workload.default_mode, stages
 
 
+def load_landscape(name: str) -> Landscape:
+    """A landscape by name: one of benchmarks.landscapes.NAMES, or ``table:PATH`` for a
+    measured table."""
+    if name.startswith("table:"):
+        return load_table(name.removeprefix("table:"))
+    return builtin_landscape(name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a finished servetune run folder")
@@ -237,3 +245,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+

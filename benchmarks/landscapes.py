@@ -230,12 +230,8 @@ COST_MODEL = ("bench", "bench+tree", "verify-campaign")
 NAMES = (*COST_MODEL, *TOYS)
 
 
-def load_landscape(name: str) -> Landscape:
-    """A landscape by name: one of NAMES, or ``table:PATH`` for a measured table."""
-    if name.startswith("table:"):
-        from benchmarks.landscape_table import load_table
-
-        return load_table(name.removeprefix("table:"))
+def builtin_landscape(name: str) -> Landscape:
+    """A landscape of this module by name (one of NAMES; measured tables: landscape_table)."""
     if name in COST_MODEL:
         return _cost_model(name)
     if name in TOYS:

@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import ROOT, machine, with_root_on_path
-from benchmarks.landscapes import NAMES, Landscape, fraction_of_optimum, load_landscape
+from benchmarks.landscape_table import load_landscape
+from benchmarks.landscapes import NAMES, Landscape, fraction_of_optimum
 
 CRASH_KIND = "graph_capture"
 TABLES = ROOT / "benchmarks" / "results" / "landscapes"

@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks import landscape_table
-from benchmarks.landscape_table import load_table, table_from_run, write_table
+from benchmarks.landscape_table import load_landscape, load_table, table_from_run, write_table
 from benchmarks.landscapes import (
     Landscape,
     best_depends_on,
-    load_landscape,
     valid_points,
 )
 from benchmarks.search_efficiency import nearest_rank, ratio, run_search, spread
