@@ -8,7 +8,6 @@ Skipped, with the reason, where it is not.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 from collections.abc import Iterator
@@ -23,16 +22,10 @@ from launchers.sglang import levers, preflight
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
 from search_spaces import space as sp
 from search_spaces.knobs import Value
-from tests.requirements import needs, unavailable
+from tests.requirements import unavailable
+from tests.sglang_parser import CONTRACT, INSTALL
 
-INSTALL = ("pip install -r requirements/sglang-parser.txt && "
-           "pip install --no-deps sglang==0.5.23")
-
-pytestmark = [
-    pytest.mark.contract,
-    needs(importlib.util.find_spec("sglang") is not None,
-          reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
-]
+pytestmark = CONTRACT
 
 SAMPLES = 12  # as many random configurations as `servetune plan` prints by default
 

@@ -8,7 +8,6 @@ Skipped, with the reason, where it is not.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
 import sys
 from collections.abc import Iterator
@@ -22,16 +21,11 @@ from launchers.base import knob_argv
 from launchers.sglang.preflight import ParserCheck, PreflightResult, python_for
 from search_spaces.knobs import CATALOGUE, Knob, KnobKind
 from search_spaces.space import SearchSpace, load_preset, preset_names
-from tests.requirements import needs, unavailable
+from tests.requirements import unavailable
+from tests.sglang_parser import CONTRACT, Rejected
+from tests.sglang_parser import sglang_parser as build_parser
 
-INSTALL = ("pip install -r requirements/sglang-parser.txt && "
-           "pip install --no-deps sglang==0.5.23")
-
-pytestmark = [
-    pytest.mark.contract,
-    needs(importlib.util.find_spec("sglang") is not None,
-          reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
-]
+pytestmark = CONTRACT
 
 # Representative base arguments, as the sglang workload renders them for a speculative run.
 BASE = ["--model-path", "/models/x", "--speculative-algorithm", "EAGLE3",
@@ -42,26 +36,9 @@ SAMPLES = 50  # seeded random points for larger presets
 FLAG_KNOBS = [name for name, knob in CATALOGUE.items() if knob.kind is KnobKind.FLAG]
 
 
-class _Rejected(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse's is NoReturn; raising keeps that
-        raise _Rejected(message)
-
-
 @pytest.fixture(scope="module")
 def sglang_parser() -> argparse.ArgumentParser:
-    """SGLang's real parser, built in this process (for looking at its options)."""
-    try:
-        from sglang.srt.server_args import ServerArgs
-    except Exception as err:  # the import chain needs more than sglang itself
-        unavailable(f"SGLang is not importable with {sys.executable}: "
-                    f"{type(err).__name__}: {err} ({INSTALL})")
-    parser = _Parser(prog="sglang serve")
-    ServerArgs.add_cli_args(parser)
-    return parser
+    return build_parser()
 
 
 RENAMED = [*BASE, "--cuda-graph-max-bs", "8"]  # the pre-0.5.23 spelling
@@ -140,7 +117,7 @@ def test_renamed_flag_is_caught_with_sglangs_own_message(
     assert result.ok is False
     assert result.error.startswith("ambiguous option: --cuda-graph-max-bs could match")
     assert "--cuda-graph-max-bs-decode" in result.error
-    with pytest.raises(_Rejected) as direct:
+    with pytest.raises(Rejected) as direct:
         sglang_parser.parse_args(RENAMED)
     assert result.error == str(direct.value)  # word for word what SGLang says
 

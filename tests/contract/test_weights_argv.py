@@ -4,14 +4,13 @@ from the concurrency levels, the user's server arguments), and SGLang reads the 
 as meant: random weights for the target and the draft where the plan says so, the checkpoint's
 elsewhere.
 
-Needs SGLang's parser importable on this interpreter (CPU is enough); skipped where it is not.
+Needs SGLang's parser importable on this interpreter (CPU is enough); skipped where it is not,
+except on CI, where that fails (tests/requirements.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +19,13 @@ import pytest
 from launchers.sglang.launcher import SGLangArgs
 from launchers.sglang.preflight import ParserCheck
 from search_spaces.knobs import DUMMY, WEIGHTS
+from tests.sglang_parser import CONTRACT
+from tests.sglang_parser import sglang_parser as build_parser
 from tuner.search.build import build_search, proposals
 from tuner.setup import prepare
 from tuner.spec import ExperimentSpec
 
-pytestmark = [
-    pytest.mark.contract,
-    pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
-                       reason=f"SGLang is not installed with {sys.executable}"),
-]
+pytestmark = CONTRACT
 
 # (space, search, metric, speculative, the user's server arguments)
 CASES = [
@@ -40,24 +37,9 @@ CASES = [
 ]
 
 
-class _Rejected(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        raise _Rejected(message)
-
-
 @pytest.fixture(scope="module")
 def sglang_parser() -> argparse.ArgumentParser:
-    try:
-        from sglang.srt.server_args import ServerArgs
-    except Exception as err:  # the import chain needs more than sglang itself
-        pytest.skip(f"SGLang is not importable with {sys.executable}: {err!r}")
-    parser = _Parser(prog="sglang serve")
-    ServerArgs.add_cli_args(parser)
-    return parser
+    return build_parser()
 
 
 def _commands(tmp_path: Path, space: str, search: str, metric: str, speculative: bool,

@@ -10,9 +10,7 @@ import pytest
 
 from tests.fakes import sglang_cli, sglang_server
 from tests.requirements import unavailable
-
-INSTALL = ("pip install -r requirements/sglang-parser.txt && "
-           "pip install --no-deps sglang==0.5.23")
+from tests.sglang_parser import INSTALL
 
 
 @pytest.fixture(scope="module")

@@ -5,47 +5,22 @@ and mean there what servetune means."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from launchers.base import TrialContext
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
 from search_spaces.knobs import CATALOGUE, Group, Knob, KnobKind, Value
-from tests.requirements import needs, unavailable
+from tests.sglang_parser import CONTRACT
+from tests.sglang_parser import sglang_parser as build_parser
 
-INSTALL = ("pip install -r requirements/sglang-parser.txt && "
-           "pip install --no-deps sglang==0.5.23")
-
-pytestmark = [
-    pytest.mark.contract,
-    needs(importlib.util.find_spec("sglang") is not None,
-          reason=f"SGLang is not installed with {sys.executable} ({INSTALL})"),
-]
-
-
-class _Rejected(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        raise _Rejected(message)
+pytestmark = CONTRACT
 
 
 @pytest.fixture(scope="module")
 def parser() -> argparse.ArgumentParser:
-    try:
-        from sglang.srt.server_args import ServerArgs
-    except Exception as err:  # the import chain needs more than sglang itself
-        unavailable(f"SGLang is not importable with {sys.executable}: "
-                    f"{type(err).__name__}: {err} ({INSTALL})")
-    p = _Parser(prog="sglang serve")
-    ServerArgs.add_cli_args(p)
-    return p
+    return build_parser()
 
 
 @pytest.fixture
