@@ -34,6 +34,20 @@ def with_root_on_path() -> None:
         sys.path.insert(0, str(ROOT))
 
 
+def gpu_ids(ranks: int, device: str) -> tuple[str, ...]:
+    """The first ``ranks`` GPUs visible to this process (none for ``--device cpu``)."""
+    if device == "cpu":
+        return ()
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = ([v.strip() for v in visible.split(",") if v.strip()] if visible is not None
+           else [str(i) for i in range(torch.cuda.device_count())])
+    if len(ids) < ranks:
+        raise SystemExit(f"--ranks {ranks}: only {len(ids)} GPU(s) visible")
+    return tuple(ids[:ranks])
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 

@@ -27,21 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import gpu_ids
+
 MAX_FIXTURE_BYTES = 200_000
 
-
-def gpu_ids(ranks: int, device: str) -> tuple[str, ...]:
-    import torch
-
-    if device == "cpu":
-        return ()
-
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = ([v.strip() for v in visible.split(",") if v.strip()] if visible is not None
-           else [str(i) for i in range(torch.cuda.device_count())])
-    if len(ids) < ranks:
-        raise SystemExit(f"--ranks {ranks}: only {len(ids)} GPU(s) visible")
-    return tuple(ids[:ranks])
 
 
 def capture(args: argparse.Namespace, experiment: str) -> dict[str, Any]:

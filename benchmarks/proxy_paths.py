@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import gpu_ids
+
 NCCL = {"--disable-custom-all-reduce": True,
         "--enforce-disable-flashinfer-allreduce-fusion": True}
 CONFIGS: list[tuple[str, dict[str, Any]]] = [
@@ -47,16 +49,6 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
 COLUMNS = ("verify_ms", "compute_ms", "exposed_comm_ms", "exposed_per_allreduce_us",
            "comm_alone_ms", "comm_alone_per_allreduce_us", "exposed_comm_share")
 
-
-def gpu_ids(ranks: int, device: str) -> tuple[str, ...]:
-    if device == "cpu":
-        return ()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    import torch
-
-    ids = ([v.strip() for v in visible.split(",") if v.strip()] if visible is not None
-           else [str(i) for i in range(torch.cuda.device_count())])
-    return tuple(ids[:ranks])
 
 
 def run_row(label: str, config: dict[str, Any], interconnect: str, args: argparse.Namespace,

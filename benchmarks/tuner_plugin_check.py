@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine, with_root_on_path
+from benchmarks._common import gpu_ids, machine, with_root_on_path
 
 with_root_on_path()
 
@@ -75,18 +75,6 @@ class Run:
     failure: str | None = None
     ready_s: float | None = None
 
-
-def gpu_ids(ranks: int, device: str) -> tuple[str, ...]:
-    if device == "cpu":
-        return ()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    import torch
-
-    ids = ([v.strip() for v in visible.split(",") if v.strip()] if visible is not None
-           else [str(i) for i in range(torch.cuda.device_count())])
-    if len(ids) < ranks:
-        raise SystemExit(f"tuner_plugin_check: {ranks} GPUs needed, {len(ids)} visible")
-    return tuple(ids[:ranks])
 
 
 @contextlib.contextmanager
