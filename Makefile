@@ -34,8 +34,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Two workers: the long integration files (marker long) on one, the rest in tier order on
+# the other (tests/conftest.py).
 test: setup sglang-parser lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

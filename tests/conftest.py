@@ -15,8 +15,15 @@ def _tier(item: pytest.Item) -> int:
     return next((i + 1 for i, name in enumerate(_TIERS) if name in marks), 0)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=_tier)  # stable: file order kept within a tier
+    if getattr(config.option, "numprocesses", None):
+        # In parallel (make test: -n 2 --dist loadgroup): the files marked ``long`` on one
+        # worker, everything else on the other in tier order (module fixtures run once).
+        for item in items:
+            group = "long" if item.get_closest_marker("long") else "main"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
