@@ -34,10 +34,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Two workers: the long integration files (marker long) on one, the rest in tier order on
-# the other (tests/conftest.py).
+# Two workers: the long integration files on one, the rest in tier order on the other
+# (tests/conftest.py, LONG_FILES).
 test: setup sglang-parser lint
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,8 @@ smoke runs: a broken unit shows in seconds, not after the slow tiers."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.requirements import unavailable
@@ -15,15 +17,32 @@ def _tier(item: pytest.Item) -> int:
     return next((i + 1 for i, name in enumerate(_TIERS) if name in marks), 0)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_tier)  # stable: file order kept within a tier
-    if getattr(config.option, "numprocesses", None):
-        # In parallel (make test: -n 2 --dist loadgroup): the files marked ``long`` on one
-        # worker, everything else on the other in tier order (module fixtures run once).
-        for item in items:
-            group = "long" if item.get_closest_marker("long") else "main"
-            item.add_marker(pytest.mark.xdist_group(group))
+
+
+# make test runs the suite on two pytest-xdist workers: these files, minutes of runs that
+# share the confirm stage's run or mostly wait, on one; everything else, in tier order, on the
+# other. (pytest 9 broke pytest-xdist's own groups: its --dist loadgroup renames node ids.)
+LONG_FILES = frozenset({
+    "tests/integration/test_weights_integration.py",
+    "tests/integration/test_faults_integration.py",
+    "tests/integration/test_confirm_integration.py",
+    "tests/integration/test_exports_integration.py",
+    "tests/integration/test_report_integration.py",
+    "tests/integration/test_study_integration.py",
+})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoWorkers(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "long" if nodeid.split("::", 1)[0] in LONG_FILES else "main"
+
+    return TwoWorkers(config, log)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

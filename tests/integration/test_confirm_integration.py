@@ -23,7 +23,7 @@ import pytest
 from tests.integration.conftest import Run
 from tests.integration.servetune_runs import Experiment, ray_tmpdir, stand_in
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = pytest.mark.integration
 
 
 def _confirm(out: Path) -> dict[str, Any]:

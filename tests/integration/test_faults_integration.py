@@ -17,7 +17,7 @@ import pytest
 from benchmarks import faults
 from launchers.process import marked_processes
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = pytest.mark.integration
 
 REPEATS = (1, 2)
 

@@ -30,7 +30,7 @@ import pytest
 from launchers.process import MARKER_ENV, free_port, marked_processes
 from tests.integration.servetune_runs import Experiment, env_for, ray_tmpdir
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = pytest.mark.integration
 
 RAY = str(Path(sys.executable).parent / "ray")
 

@@ -16,7 +16,7 @@ import pytest
 from benchmarks.weights import CampaignRun, Settings, run_campaign, saving
 from tests.integration.servetune_runs import ray_tmpdir
 
-pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 # 0.15 real s per modelled s: a trial on the checkpoint's weights loads for ~10 s, one on
 # random weights ~1.5 s, against ~1 s of servetune's own per trial on a busy 2-core box.
