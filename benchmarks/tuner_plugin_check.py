@@ -29,7 +29,6 @@ the script itself (gloo: no NCCL, so no plugin either). Prints a short table las
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -38,7 +37,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,25 +76,6 @@ class Run:
 
 
 
-@contextlib.contextmanager
-def environment(values: Mapping[str, str | None]) -> Iterator[None]:
-    """os.environ with ``values`` set (None: removed) for the block: servers inherit it."""
-    saved = {k: os.environ.get(k) for k in values}
-    try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def nccl_lines(folder: Path) -> list[str]:
     out = []
     for path in sorted(folder.glob("nccl.*.log")):
@@ -112,13 +92,13 @@ def launch(label: str, workload: Any, config: Mapping[str, Any], extra_env: Mapp
     from launchers import nccl_log
     from launchers.base import TrialContext
     from launchers.failures import TrialFailed
-    from launchers.process import free_port
+    from launchers.process import environ, free_port
 
     run = Run(label)
     folder = (args.out / label).absolute()
     shutil.rmtree(folder, ignore_errors=True)  # an earlier check's NCCL logs are not this one's
     ctx = TrialContext(experiment, label, folder, gpu_ids(args.ranks, args.device), free_port())
-    with environment(extra_env):
+    with environ(extra_env):
         try:
             plan = workload.plan(dict(config), ctx)
             (folder / "plan.json").parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +73,26 @@ class Marked:
     marker: str
     owner: int | None
     cmdline: str
+
+
+@contextlib.contextmanager
+def environ(values: Mapping[str, str | None]) -> Iterator[None]:
+    """This process's os.environ with ``values`` set (None: removed) for the block, as it was
+    after: for what a library reads from the environment (Ray's workers, servers started here)."""
+    saved = {key: os.environ.get(key) for key in values}
+    try:
+        _set_environ(values)
+        yield
+    finally:
+        _set_environ(saved)
+
+
+def _set_environ(values: Mapping[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def _protected_pids() -> set[int]:

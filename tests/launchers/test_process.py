@@ -149,3 +149,12 @@ def test_server_starts_in_the_given_working_directory(tmp_path: Path) -> None:
     assert "serve.py" in elsewhere.log_text()
     server.stop()
     elsewhere.stop()
+
+
+def test_environ_sets_and_removes_for_the_block_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ST_KEEP", "before")
+    monkeypatch.delenv("ST_NEW", raising=False)
+    with pytest.raises(RuntimeError), process.environ({"ST_KEEP": None, "ST_NEW": "x"}):
+        assert "ST_KEEP" not in os.environ and os.environ["ST_NEW"] == "x"
+        raise RuntimeError("restored even so")
+    assert os.environ["ST_KEEP"] == "before" and "ST_NEW" not in os.environ

@@ -88,12 +88,13 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
 
     _tune_env(spec)
     started_here = spec.address is None
-    saved = {k: os.environ.get(k) for k in (process.MARKER_ENV, process.OWNER_ENV, ADDRESS_ENV)}
-    try:
+    # The private Ray's processes carry the run's marker and owner, and its workers must not
+    # join another cluster; joining one changes nothing here.
+    private_env: dict[str, str | None] = {
+        process.MARKER_ENV: f"{marker_prefix}ray", process.OWNER_ENV: str(os.getpid()),
+        ADDRESS_ENV: None}
+    with process.environ(private_env if started_here else {}):
         if started_here:
-            os.environ[process.MARKER_ENV] = f"{marker_prefix}ray"
-            os.environ[process.OWNER_ENV] = str(os.getpid())
-            os.environ.pop(ADDRESS_ENV, None)  # the private Ray's workers must not join another
             info = ray.init(address="local", num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
                             include_dashboard=spec.dashboard, dashboard_host="127.0.0.1",
                             log_to_driver=False, logging_level=logging.WARNING)
@@ -106,12 +107,6 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
             except ConnectionError as err:
                 ray.shutdown()
                 raise SpecError(join_failure(str(spec.address), err)) from None
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     try:
         alive = [n for n in ray.nodes() if n.get("Alive")]
         gpus = [int(n.get("Resources", {}).get("GPU", 0)) for n in alive]
