@@ -45,6 +45,20 @@ step() {  # step NAME LIMIT_S COMMAND...: output to $OUT/NAME.log, a summary lin
   echo "$name rc=$rc $(($(date +%s) - began)) s" | tee -a "$OUT/summary.txt"
 }
 
+# measure_landscape STEP LIMIT_S SPACE NAME MACHINE [RUN ARGS...]: the space's full grid, one
+# round per point, turned into a landscape table for benchmarks/search_efficiency.py.
+measure_landscape() {
+  local step=$1 limit=$2 space=$3 name=$4 machine=$5 log=${1//-/_}
+  shift 5
+  step "$log" "$limit" python3 -m tuner run --space "$space" --search grid --samples 36 \
+    --scheduler fifo --confirm 0 --model-config kimi-k2.5 --iters 15 --rounds 1 \
+    --no-dashboard --out "runs/landscape-$name" "$@"
+  python3 -m benchmarks.landscape_table "runs/landscape-$name" --out "$OUT/$name.csv" \
+    --name "$name" --machine "$machine" --command "bash benchmarks/gpu_session.sh $step"
+  tail -5 "$OUT/$log.log"
+  tar czf "$OUT/$log.tgz" --exclude='*.trace.json.gz' "runs/landscape-$name"
+}
+
 case "${1:-}" in
 wheels1)
   mkdir -p "$STAGE" /root/pylibs && cp .raywheel1/* "$STAGE"/ &&
@@ -74,25 +88,12 @@ runs)
   done
   tar czf "$OUT/runs.tgz" --exclude='*.trace.json.gz' runs/kimi-nvlink runs/kimi-pcie ;;
 landscape)
-  step landscape 400 python3 -m tuner run --space benchmarks/landscape-nvlink.yaml --search grid \
-    --samples 36 --scheduler fifo --confirm 0 --model-config kimi-k2.5 --iters 15 --rounds 1 \
-    --interconnect pcie --no-dashboard --out runs/landscape-h200x2-p2p-off
-  python3 -m benchmarks.landscape_table runs/landscape-h200x2-p2p-off \
-    --out "$OUT/h200x2-p2p-off.csv" --name h200x2-p2p-off \
-    --machine "2x H200 (NV18), --interconnect pcie (NCCL_P2P_DISABLE=1), proxy kimi-k2.5 TP 2" \
-    --command "bash benchmarks/gpu_session.sh landscape"
-  tail -5 "$OUT/landscape.log"
-  tar czf "$OUT/landscape.tgz" --exclude='*.trace.json.gz' runs/landscape-h200x2-p2p-off ;;
+  measure_landscape landscape 400 benchmarks/landscape-nvlink.yaml h200x2-p2p-off \
+    "2x H200 (NV18), --interconnect pcie (NCCL_P2P_DISABLE=1), proxy kimi-k2.5 TP 2" \
+    --interconnect pcie ;;
 landscape-nccl)
-  step landscape_nccl 480 python3 -m tuner run --space benchmarks/landscape-nvlink-nccl.yaml \
-    --search grid --samples 36 --scheduler fifo --confirm 0 --model-config kimi-k2.5 --iters 15 \
-    --rounds 1 --no-dashboard --out runs/landscape-h200x2-nvlink-nccl
-  python3 -m benchmarks.landscape_table runs/landscape-h200x2-nvlink-nccl \
-    --out "$OUT/h200x2-nvlink-nccl.csv" --name h200x2-nvlink-nccl \
-    --machine "2x H200 (NV18), NVLink, every allreduce on NCCL, proxy kimi-k2.5 TP 2" \
-    --command "bash benchmarks/gpu_session.sh landscape-nccl"
-  tail -5 "$OUT/landscape_nccl.log"
-  tar czf "$OUT/landscape_nccl.tgz" --exclude='*.trace.json.gz' runs/landscape-h200x2-nvlink-nccl ;;
+  measure_landscape landscape-nccl 480 benchmarks/landscape-nvlink-nccl.yaml h200x2-nvlink-nccl \
+    "2x H200 (NV18), NVLink, every allreduce on NCCL, proxy kimi-k2.5 TP 2" ;;
 *)
   sed -n '2,36p' "$0"
   exit 2 ;;
