@@ -24,12 +24,20 @@
 #               turned into a measured search-efficiency landscape
 #   landscape-nccl  the same grid over NVLink with every allreduce on NCCL
 #               (benchmarks/landscape-nvlink-nccl.yaml): where the NCCL knobs act
+#
+# Real SGLang (0.5.16, prepared by shared/tools/device-sglang-prepare into .sglwheel1/ and
+# .sglwheel2/; the tiny models of shared/data copied into .models/), on one H200:
+#   sglang-wheels1  stage .sglwheel1
+#   sglang-wheels2  install both into /root/site (flash_ops stripped: no fa3 backend)
+#   sglang-probe    what real SGLang prints and where its start goes: import times, SGLang's
+#               resolution in servetune's reader (no GPU context), three failing launches
+#               (no weights, fa3, topk without steps), timed launches stopped both ways
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled
-export PYTHONPATH=/root/pylibs:$PWD
+export PYTHONPATH=/root/site:/root/pylibs:$PWD PATH=/root/site/bin:$PATH HF_HUB_OFFLINE=1
 STAGE=/root/stage
 PLUGIN=$STAGE/libnccl-tuner-example.so
 # The proxy with Kimi-K2.5's shapes at TP 2: 15 replays per graph per round keep a trial near
@@ -57,6 +65,52 @@ measure_landscape() {
     --name "$name" --machine "$machine" --command "bash benchmarks/gpu_session.sh $step"
   tail -5 "$OUT/$log.log"
   tar czf "$OUT/$log.tgz" --exclude='*.trace.json.gz' "runs/landscape-$name"
+}
+
+# Real SGLang on the tiny models (random weights), TP 1, as device-sglang-prepare says.
+TINY=.models/tiny-llama
+DRAFT=.models/tiny-llama-eagle3
+SGL_FLAGS="--load-format dummy --speculative-draft-load-format dummy --attention-backend triton --sampling-backend pytorch"
+SPEC="--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+FAST="--cuda-graph-backend-prefill disabled --cuda-graph-bs-decode 1 --skip-server-warmup"
+
+since() { python3 -c "import sys; print(round($EPOCHREALTIME - float(sys.argv[1]), 2))" "$1"; }
+
+sglang_probe() {  # everything under $OUT/probe/, then one tarball (the device returns 8 files)
+  local t0 P="$OUT/probe"
+  mkdir -p "$P"
+  # 1. imports: the first import writes bytecode (--no-compile), the second is the floor
+  for i in 1 2; do
+    t0=$EPOCHREALTIME
+    python3 -X importtime -c "import sglang.srt.entrypoints.http_server" 2>"$P/importtime$i.txt"
+    echo "import http_server #$i: $(since "$t0") s" | tee -a "$OUT/summary.txt"
+  done
+  t0=$EPOCHREALTIME
+  python3 -c "import sglang.srt.managers.scheduler" 2>/dev/null
+  echo "import scheduler: $(since "$t0") s" | tee -a "$OUT/summary.txt"
+  sort -t'|' -k2 -n -r "$P/importtime2.txt" | head -40 | tee "$P/importtime_top.txt"
+  # 2. SGLang's own resolution in servetune's reader, on the GPU machine (nothing skipped),
+  #    and no GPU context held by the reader while it lives
+  timeout 200 python3 -m benchmarks.sglang_resolve --model "$TINY" --draft "$DRAFT" \
+    --out "$P/resolve.json" 2>&1 | cut -c1-400 | tee "$P/resolve.log"
+  # 3. three launches that fail, side by side: no weights, a backend not here, a partial shape
+  python3 -m benchmarks.sglang_startup --model "$TINY" --draft "$DRAFT" --out "$P/fail" \
+    --flags "--attention-backend triton --sampling-backend pytorch $SPEC" \
+    --variant noweights= --expect-failure noweights --timeout 150 >"$P/fail1.log" 2>&1 &
+  python3 -m benchmarks.sglang_startup --model "$TINY" --draft "$DRAFT" --out "$P/fail" \
+    --flags "--load-format dummy --speculative-draft-load-format dummy --sampling-backend pytorch $SPEC" \
+    --variant fa3="--attention-backend fa3" --expect-failure fa3 --timeout 150 >"$P/fail2.log" 2>&1 &
+  python3 -m benchmarks.sglang_startup --model "$TINY" --draft "$DRAFT" --out "$P/fail" \
+    --flags "$SGL_FLAGS" --variant topk="--speculative-eagle-topk 1" --expect-failure topk \
+    --timeout 150 >"$P/fail3.log" 2>&1 &
+  wait
+  cat "$P"/fail?.log
+  # 4. timed launches, alone: the fast shape cold then warm, stopped by SIGTERM and SIGKILL
+  timeout 300 python3 -m benchmarks.sglang_startup --model "$TINY" --draft "$DRAFT" \
+    --out "$P/startup" --flags "$SGL_FLAGS $SPEC" --variant fast="$FAST" --repeat 3 \
+    --stop both --timeout 200 2>&1 | tee "$P/startup.log"
+  nvidia-smi --query-gpu=memory.used --format=csv | tee -a "$OUT/summary.txt"
+  tar czf "$OUT/probe.tgz" -C "$OUT" probe && rm -rf "$P"
 }
 
 case "${1:-}" in
@@ -94,6 +148,15 @@ landscape)
 landscape-nccl)
   measure_landscape landscape-nccl 480 benchmarks/landscape-nvlink-nccl.yaml h200x2-nvlink-nccl \
     "2x H200 (NV18), NVLink, every allreduce on NCCL, proxy kimi-k2.5 TP 2" ;;
+sglang-wheels1)
+  mkdir -p "$STAGE" && cp .sglwheel1/* "$STAGE"/ && echo "sglang-wheels1 ok" ;;
+sglang-wheels2)
+  mkdir -p /root/site && python3 -m pip install -q --no-index --no-deps --no-compile \
+      --target /root/site "$STAGE"/*.whl .sglwheel2/*.whl &&
+    tar -C /root/site -xJf .sglwheel2/site-stripped.tar.xz && rm -f "$STAGE"/*.whl &&
+    python3 -c "import sglang; print('sglang', sglang.__version__)" ;;
+sglang-probe)
+  sglang_probe ;;
 *)
   sed -n '2,36p' "$0"
   exit 2 ;;

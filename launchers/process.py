@@ -174,7 +174,8 @@ def leftovers(prefix: str, keep: str | None = None) -> list[Marked]:
 
 
 def kill_processes(pids: Iterable[int], grace: float) -> list[int]:
-    """SIGTERM every process and its descendants, wait ``grace`` s, SIGKILL the rest.
+    """SIGTERM every process and its descendants, wait ``grace`` s, SIGKILL the rest
+    (``grace`` 0: SIGKILL at once, every process of the trees together).
 
     Returns the pids that were still alive at the start (and so were signalled)."""
     procs: dict[int, psutil.Process] = {}
@@ -188,10 +189,11 @@ def kill_processes(pids: Iterable[int], grace: float) -> list[int]:
         except psutil.Error:
             continue
     alive = list(procs.values())
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.send_signal(signal.SIGTERM)
-    alive = _wait_exit(alive, timeout=grace)
+    if grace > 0:
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGTERM)
+        alive = _wait_exit(alive, timeout=grace)
     for p in alive:
         with contextlib.suppress(psutil.Error):
             p.kill()

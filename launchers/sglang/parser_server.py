@@ -20,6 +20,9 @@ stderr so that it cannot corrupt an answer. Every answer carries ``importable`` 
   registry declares the name), ``type`` and ``ok``/``error`` from the field's own
   ``parse`` (EnvBool, EnvInt, ... as SGLang reads the variable); ``closest`` names the nearest
   declared name of an unknown one.
+- ``{"op": "resolve", "argvs": [[word, ...], ...]}`` -> ``results``: per argv SGLang's own
+  resolution and checks (``resolution.py``): ``ok`` (None: could not run), ``error``
+  (SGLang's rejection), ``resolved`` (what the server would run), ``skipped`` steps.
 - ``{"op": "levers"}`` -> ``options`` (every option of the parser: names, nargs, type,
   default, choices, deprecated, hidden, help) and ``env`` (every registry field: name,
   type, default); ``env_error`` when the registry cannot be read.
@@ -36,6 +39,11 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
+
+try:  # the copy sent along with this file (resident.server_source)
+    import servetune_resolution as resolution  # type: ignore[import-not-found]
+except ImportError:  # imported as part of servetune (tests)
+    from launchers.sglang import resolution
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 VERSION_ARG = "--version"  # ``python -c SOURCE --version``: print the version as JSON, exit
@@ -180,6 +188,7 @@ class Reader:
     """SGLang's parser and env registry, built once; answers requests."""
 
     def __init__(self) -> None:
+        resolution.install_placeholders()  # before SGLang's imports (some releases need them)
         from sglang.srt.server_args import ServerArgs
 
         self.parser = Parser(prog="sglang serve")
@@ -201,6 +210,9 @@ class Reader:
             reply["results"] = parse(self.parser, request.get("argvs", []))
         elif op == "env" and self.fields is not None:
             reply["results"] = parse_env(self.fields, request.get("values", []))
+        elif op == "resolve":
+            reply["results"] = resolution.resolve(self.parser, request.get("argvs", []),
+                                                  Rejected)
         elif op == "levers":
             reply["options"] = describe_options(self.parser)
             reply["env"] = describe_env(self.fields) if self.fields is not None else None

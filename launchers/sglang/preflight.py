@@ -30,8 +30,8 @@ from launchers.sglang.interpreter import interpreter_id, python_for
 from launchers.sglang.parser_server import VERSION_ARG
 from launchers.sglang.resident import Resident, close_all, marker_for, run_marked, server_source
 
-__all__ = ["SKIPPED", "EnvResult", "ParserCheck", "PreflightResult", "SGLangUnavailable",
-           "check_argv", "check_env", "check_many", "python_for"]
+__all__ = ["SKIPPED", "EnvResult", "ParserCheck", "PreflightResult", "Resolution",
+           "SGLangUnavailable", "check_argv", "check_env", "check_many", "python_for", "resolve"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,35 @@ class EnvResult:
                    closest=data.get("closest"))
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """SGLang's own resolution of one argv (``ServerArgs`` and its checks, resolution.py):
+    ``ok`` None when it could not run; ``error`` SGLang's rejection; ``resolved`` what the
+    server would run (its resolved fields); ``skipped`` checks that need hardware not here."""
+
+    ok: bool | None
+    error: str = ""
+    resolved: dict[str, Any] | None = None
+    skipped: tuple[str, ...] = ()
+    placeholders: tuple[str, ...] = ()
+    device: str | None = None
+    sglang_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "error": self.error, "resolved": self.resolved,
+                "skipped": list(self.skipped), "placeholders": list(self.placeholders),
+                "device": self.device, "sglang_version": self.sglang_version}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Resolution:
+        return cls(ok=data["ok"], error=str(data.get("error", "")),
+                   resolved=data.get("resolved"), skipped=tuple(data.get("skipped", ())),
+                   placeholders=tuple(data.get("placeholders", ())),
+                   device=data.get("device"), sglang_version=data.get("sglang_version"))
+
+
 SKIPPED = PreflightResult(ok=None)
+RESOLVE_SKIPPED = Resolution(ok=None)
 ENV_SKIPPED = EnvResult(ok=None)
 
 
@@ -135,6 +163,14 @@ class ParserCheck:
         answers = self._cached(wanted, python, cache_path, experiment, "env")
         return [a if isinstance(a, EnvResult) else ENV_SKIPPED for a in answers]
 
+    def resolve_many(self, argvs: Sequence[Sequence[str]], python: str | None = None,
+                     cache_path: Path | None = None, experiment: str | None = None
+                     ) -> list[Resolution]:
+        """Each argv (flags only) through SGLang's own resolution and checks."""
+        wanted = [_argv(a) for a in argvs]
+        answers = self._cached(wanted, python, cache_path, experiment, "resolve")
+        return [a if isinstance(a, Resolution) else RESOLVE_SKIPPED for a in answers]
+
     def read_levers(self, python: str | None = None, experiment: str | None = None
                     ) -> dict[str, Any]:
         """SGLang's options and env registry as ``parser_server`` describes them (``version``,
@@ -179,9 +215,9 @@ class ParserCheck:
 
     def _fresh(self, interpreter: str, experiment: str | None, op: str, questions: list[Any]
                ) -> dict[Any, Any]:
-        if op == "parse":
+        if op in ("parse", "resolve"):
             answer = self._ask(interpreter, experiment,
-                               {"op": "parse", "argvs": [list(a) for a in questions]})
+                               {"op": op, "argvs": [list(a) for a in questions]})
         else:
             answer = self._ask(interpreter, experiment,
                                {"op": "env", "values": [list(v) for v in questions]})
@@ -191,6 +227,9 @@ class ParserCheck:
             raise SGLangUnavailable(f"SGLang preflight with {interpreter} answered malformed "
                                     f"results ({answer.get('error') or 'no results'}): "
                                     "preflight skipped")
+        if op == "resolve":
+            return {q: Resolution.from_json({**r, "sglang_version": version})
+                    for q, r in zip(questions, results, strict=True)}
         if op == "parse":
             return {q: PreflightResult(ok=bool(r["ok"]), error=str(r.get("error", "")),
                                        sglang_version=version,
@@ -277,10 +316,14 @@ def _argv(argv: Sequence[str]) -> Argv:
 def _disk_key(op: str, interpreter: str, version: str, question: Any) -> str:
     if op == "parse":
         return preflight_cache.argv_key(interpreter, version, question)
+    if op == "resolve":
+        return preflight_cache.resolve_key(interpreter, version, question)
     return preflight_cache.env_key(interpreter, version, *question)
 
 
-def _from_json(op: str, data: dict[str, Any]) -> PreflightResult | EnvResult:
+def _from_json(op: str, data: dict[str, Any]) -> PreflightResult | EnvResult | Resolution:
+    if op == "resolve":
+        return Resolution.from_json(data)
     return PreflightResult.from_json(data) if op == "parse" else EnvResult.from_json(data)
 
 
@@ -303,6 +346,12 @@ def check_many(argvs: Sequence[Sequence[str]], python: str | None = None,
                ) -> list[PreflightResult]:
     """Parse many argvs in one request (cached ones are not parsed again)."""
     return _checker.check_many(argvs, python, cache_path, experiment)
+
+
+def resolve(argv: Sequence[str], python: str | None = None, cache_path: Path | None = None,
+            experiment: str | None = None) -> Resolution:
+    """One argv (flags only) through SGLang's own resolution and checks in ``python``."""
+    return _checker.resolve_many([argv], python, cache_path, experiment)[0]
 
 
 def check_env(values: Sequence[EnvValue], python: str | None = None,

@@ -24,6 +24,10 @@ def argv_key(interpreter: str, version: str, argv: Sequence[str]) -> str:
     return json.dumps([interpreter, version, list(argv)])
 
 
+def resolve_key(interpreter: str, version: str, argv: Sequence[str]) -> str:
+    return json.dumps([interpreter, version, {"resolve": list(argv)}])
+
+
 def env_key(interpreter: str, version: str, name: str, text: str) -> str:
     return json.dumps([interpreter, version, {"env": name, "value": text}])
 

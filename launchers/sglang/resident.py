@@ -24,6 +24,8 @@ from pathlib import Path
 from launchers.process import MARKER_ENV, OWNER_ENV, check_env_values, helper_marker
 
 SERVER_SOURCE = Path(__file__).with_name("parser_server.py")
+# Sent along with the reader, as a module of that name (the reader imports nothing of ours).
+SENT_MODULES = {"servetune_resolution": Path(__file__).with_name("resolution.py")}
 HELPER = "preflight"  # the trial part of the marker
 UNOWNED_EXPERIMENT = "servetune"  # the marker's experiment when no experiment runs (plan, knobs)
 
@@ -41,8 +43,17 @@ def marked_env(marker: str, base: Mapping[str, str] | None = None) -> dict[str, 
 
 
 def server_source() -> str:
-    """The reader's source text, sent to the target interpreter with ``-c``."""
-    return SERVER_SOURCE.read_text()
+    """The reader's source text, sent to the target interpreter with ``-c``: a bootstrap that
+    loads the modules it needs as modules, then the reader as ``__main__``."""
+    loads = "".join(f"_load({name!r}, {path.read_text()!r})\n"
+                    for name, path in SENT_MODULES.items())
+    return ("import sys, types\n"
+            "def _load(name, text):\n"
+            "    module = types.ModuleType(name)\n"
+            "    sys.modules[name] = module\n"
+            "    exec(compile(text, '<servetune ' + name + '>', 'exec'), module.__dict__)\n"
+            f"{loads}"
+            f"exec(compile({SERVER_SOURCE.read_text()!r}, '<servetune reader>', 'exec'))\n")
 
 
 class Resident:

@@ -11,6 +11,12 @@ SGLang 0.5.23 logs, on each TP rank (``[<time> TP<n>] ...``; rank 0 is read):
 - ``The server is fired up and ready to roll!`` once warm-up is done
   (srt/entrypoints/http_server.py).
 
+Before any GPU work, a start is mostly Python imports (real-sglang.md: ~38 s of 58 s on the
+H200): the launching process logs ``server_args=ServerArgs(...)`` once it has imported SGLang
+(``startup_imported_at_s``), its scheduler process logs ``Init torch distributed begin.`` once
+it has imported SGLang again (``startup_scheduler_at_s``), and ``Load weight begin.`` starts
+the weights (``startup_load_begin_at_s``).
+
 Milestones (``*_at_s``) are seconds from launch to the LAST such line of each kind, read from
 the lines' timestamps: to the millisecond with ``SGLANG_LOG_MS=1`` (the launcher sets it),
 else to the second. Durations (``startup_weights_s``, ``startup_graphs_s``) add up SGLang's
@@ -23,8 +29,13 @@ import re
 import time
 from collections.abc import Iterable
 
-STARTUP_KEYS = ("startup_weights_at_s", "startup_graphs_at_s", "startup_ready_at_s",
+STARTUP_KEYS = ("startup_imported_at_s", "startup_scheduler_at_s", "startup_load_begin_at_s",
+                "startup_weights_at_s", "startup_graphs_at_s", "startup_ready_at_s",
                 "startup_weights_s", "startup_graphs_s")
+# Milestones whose FIRST line counts (the launching process, then the scheduler's).
+_FIRST = (("startup_imported_at_s", re.compile(r"^server_args=")),
+          ("startup_scheduler_at_s", re.compile(r"^Init torch distributed begin\.")),
+          ("startup_load_begin_at_s", re.compile(r"^Load weight begin\.")))
 
 # "[2026-01-02 03:04:05.678 DP0 TP0 EP0] message": time, optional ms, optional rank tags
 _LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,6}))?((?: [A-Z_]+\d+)*)\] "
@@ -55,6 +66,11 @@ def parse(lines: Iterable[str], launched: float) -> dict[str, float | None]:
         if match is None or not _rank_zero(match.group(3)):
             continue
         message = match.group(4)
+        first = next((key for key, pattern in _FIRST if pattern.match(message)), None)
+        if first is not None:
+            if out[first] is None:
+                out[first] = max(0.0, _epoch(match.group(1), match.group(2)) - launched)
+            continue
         if _WEIGHTS.match(message):
             at, total = "startup_weights_at_s", "startup_weights_s"
         elif _CAPTURE.match(message):
