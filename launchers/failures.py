@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from launchers import exceptions
+
 
 class FailureKind(str, Enum):
     INVALID_CONFIG = "invalid_config"
@@ -31,6 +33,9 @@ class FailureKind(str, Enum):
     # The workload cannot run what this configuration asks for (a path it does not model);
     # says nothing about the hardware or the server.
     NOT_MODELLED = "not_modelled"
+    # Read from the exception SGLang logs before it kills its own tree (exceptions.py).
+    MISSING_WEIGHTS = "missing_weights"
+    MISSING_MODULE = "missing_module"
 
     def __str__(self) -> str:
         return self.value
@@ -64,27 +69,57 @@ _SIGNATURES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
 _SCHEDULER_EXIT = re.compile(r"scheduler died during initialization \(exit code: (-?\d+)\)", re.I)
 
 
-def classify(log_text: str, returncode: int | None) -> FailureKind:
-    """The kind of a server failure from its log text and exit code (None: still running)."""
+def _by_signature(text: str) -> FailureKind | None:
     for kind, pattern in _SIGNATURES:
-        if pattern.search(log_text):
+        if pattern.search(text):
             return kind
-    return FailureKind.CRASHED
+    return None
+
+
+def classify(log_text: str, returncode: int | None) -> FailureKind:
+    """The kind of a server failure from its log text and exit code (None: still running).
+
+    The exception SGLang logged comes first (``Scheduler hit an exception: Traceback ...``,
+    or a launching process's own traceback): its type and text say what went wrong, where
+    the lines after it (``Received sigquit from a child process``, SGLang killing its own
+    tree) say only that something did."""
+    error = exceptions.logged_exception(log_text)
+    if error is not None:
+        return _from_exception(error)
+    return _by_signature(log_text) or FailureKind.CRASHED
+
+
+def _from_exception(error: exceptions.LoggedException) -> FailureKind:
+    text = f"{error.type}: {error.message}\n{error.traceback}"
+    if error.kind_hint == "weights":
+        return FailureKind.MISSING_WEIGHTS
+    if error.kind_hint == "module":
+        return FailureKind.MISSING_MODULE
+    if error.kind_hint == "arguments":
+        return FailureKind.INVALID_CONFIG
+    kind = _by_signature(text)
+    if kind in (None, FailureKind.SCHEDULER_DIED, FailureKind.PORT_BUSY):
+        return FailureKind.PORT_BUSY if kind is FailureKind.PORT_BUSY else FailureKind.CRASHED
+    return kind
 
 
 def hint(kind: FailureKind, log_text: str, returncode: int | None) -> str:
     """A short, actionable explanation where the text allows one."""
     if kind is FailureKind.SCHEDULER_DIED:
-        match = _SCHEDULER_EXIT.search(log_text)
-        code = int(match.group(1)) if match else returncode
-        if code == -9:
-            return "exit code -9: likely killed by the host OOM killer"
+        match = _SCHEDULER_EXIT.search(log_text) or exceptions.SUBPROCESS_EXIT.search(log_text)
+        if match and int(match.group(1)) == -9 and exceptions.logged_exception(log_text) is None:
+            # SGLang kills its own tree with SIGKILL after any failure: only a scheduler
+            # that was SIGKILLed with no exception logged points at the host
+            return ("a scheduler process was killed (SIGKILL) with no exception logged: "
+                    "the host's OOM killer is the usual cause (see dmesg)")
+    if kind is FailureKind.MISSING_WEIGHTS:
+        return "the checkpoint has no weights SGLang can read: check --model/--draft-model"
+    if kind is FailureKind.MISSING_MODULE:
+        return "a module SGLang needs for this configuration is not installed here"
     if kind is FailureKind.GRAPH_CAPTURE and "no algorithm/protocol available" in log_text.lower():
         return "NCCL rejected a collective inside capture: a global NCCL_ALGO? use allreduce:<algo>"
     if kind is FailureKind.KV_POOL_OOM:
         return "increase --mem-fraction-static"
-    if kind is FailureKind.CRASHED and returncode is not None and returncode == -9:
-        return "exit code -9: killed (OOM killer or an external kill)"
     return ""
 
 
@@ -111,10 +146,20 @@ class Failure:
     @classmethod
     def from_log(cls, log_text: str, returncode: int | None, message: str = "",
                  tail_lines: int = 40) -> Failure:
+        """The failure a server's log shows. With an exception logged, the message is the
+        exception (type and text) and the tail is its traceback's end, not the teardown
+        lines after it."""
         kind = classify(log_text, returncode)
-        tail = "\n".join(log_text.splitlines()[-tail_lines:])
-        first = message or _first_error_line(log_text) or f"exited with code {returncode}"
-        return cls(kind, first, returncode, tail, hint(kind, log_text, returncode))
+        error = exceptions.logged_exception(log_text)
+        details: dict[str, Any] = {}
+        if error is not None:
+            tail = "\n".join(error.traceback.splitlines()[-tail_lines:])
+            first = message or error.summary()
+            details["exception"] = error.to_json()
+        else:
+            tail = "\n".join(log_text.splitlines()[-tail_lines:])
+            first = message or _first_error_line(log_text) or f"exited with code {returncode}"
+        return cls(kind, first, returncode, tail, hint(kind, log_text, returncode), details)
 
 
 def _first_error_line(log_text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,61 @@ def test_kind_recovered_from_ray_error_text() -> None:
 def test_older_nccl_lowercase_spelling_is_recognised() -> None:
     text = "NCCL WARN Error : no algorithm/protocol available for function AllGather"
     assert classify(text, 1) is K.NCCL_INVALID_USAGE
+
+
+# ---------------------------------------------------------------- real SGLang logs
+# Logs of SGLang 0.5.16 on an H200 (benchmarks/gpu_session.sh sglang-probe), kept whole.
+LOGS = Path(__file__).parent / "logs"
+
+
+def _real(name: str) -> str:
+    return (LOGS / f"sglang-0.5.16-h200-{name}.log").read_text()
+
+
+@pytest.mark.parametrize("name,kind,message", [
+    ("noweights", K.MISSING_WEIGHTS,
+     "RuntimeError: Cannot find any model weights with `.models/tiny-llama`"),
+    ("fa3", K.MISSING_MODULE,
+     "ImportError: Can not import FA3 in sgl_kernel. Please check your installation."),
+    ("topk", K.INVALID_CONFIG,
+     "AssertionError in /sglang/srt/arg_groups/speculative_hook.py:560 in "
+     "_handle_eagle_family: server_args.speculative_eagle_topk is None"),
+])
+def test_real_failures_are_named_by_their_own_exception(name: str, kind: FailureKind,
+                                                        message: str) -> None:
+    """SGLang logs the exception, then 'Received sigquit from a child process' and kills its
+    own tree (exit -9): the kind and message come from the exception, and no OOM hint."""
+    failure = Failure.from_log(_real(name), -9)
+    assert failure.kind is kind
+    assert failure.message == message
+    assert "OOM" not in failure.hint and "sigquit" not in failure.message
+    assert failure.log_tail.splitlines()[-1].startswith(message.split(" in ")[0].split(":")[0])
+    assert "kill_process_tree" not in failure.log_tail  # the teardown after it is not the error
+
+
+def test_the_first_scheduler_exception_wins_over_later_ones() -> None:
+    """At TP > 1 every rank logs its own exception; the first is the cause."""
+    first = _real("noweights").splitlines()
+    block = [ln.replace("] Scheduler", " TP0] Scheduler") for ln in first]
+    nccl = ["[2026-12-01 16:28:22.000 TP1] Scheduler hit an exception: Traceback (most recent "
+            "call last):", '  File "/x/sglang/srt/managers/scheduler.py", line 1, in f',
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1",
+            ""]
+    failure = Failure.from_log("\n".join([*block, *nccl]), -9)
+    assert failure.kind is K.MISSING_WEIGHTS
+
+
+def test_oom_hint_needs_a_sigkilled_scheduler_and_no_exception() -> None:
+    killed = ("[2026-12-01 10:00:00.000] Subprocess scheduler_0 (pid=12) crashed with exit code "
+              "-9. Triggering SIGQUIT for cleanup...\n[2026-12-01 10:00:00.001] SIGQUIT "
+              "received. signum=None, frame=None. It usually means one child failed.\n")
+    assert "OOM" in Failure.from_log(killed, -9).hint
+    assert Failure.from_log(killed, -9).kind is K.SCHEDULER_DIED
+    assert Failure.from_log(_real("noweights") + killed, -9).hint.find("OOM") == -1
+
+
+def test_a_plain_value_error_is_no_argument_check() -> None:
+    text = ("Traceback (most recent call last):\n  File \"/x/app.py\", line 3, in main\n"
+            "ValueError: something else\n")
+    failure = Failure.from_log(text, 1)
+    assert failure.kind is K.CRASHED and failure.message == "ValueError: something else"
