@@ -29,7 +29,7 @@ TRACEBACK = "Traceback (most recent call last):"
 SUBPROCESS_EXIT = re.compile(r"Subprocess \S+ \(pid=\d+\) crashed with exit code (-?\d+)")
 _LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 _EXCEPTION_LINE = re.compile(
-    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
+    r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Exit|Interrupt|Failure))"
     r"(?::\s?(.*))?$")
 _CHAINING = ("During handling of the above exception", "The above exception was the direct")
 _FRAME = re.compile(r'^\s+File "([^"]+)", line (\d+), in (\S+)')
@@ -123,8 +123,8 @@ def _read_block(lines: list[str], start: int, scheduler: bool) -> LoggedExceptio
 
 def logged_exception(log_text: str) -> LoggedException | None:
     """The exception that failed the server: the first one a scheduler logged (at TP > 1 the
-    other ranks often fail after it, of it), else the last plain traceback (the launching
-    process's own); None when the log holds none."""
+    other ranks often fail after it, of it), else the last plain traceback through SGLang's
+    code (the launching process's own); None when the log holds none."""
     lines = log_text.splitlines()
     blocks = _blocks(lines)
     for start, scheduler in blocks:
@@ -134,6 +134,7 @@ def logged_exception(log_text: str) -> LoggedException | None:
                 return found
     for start, _ in reversed(blocks):
         found = _read_block(lines, start, False)
-        if found is not None:
+        # SGLang's own (a server thread's unrelated error, e.g. a client that hung up, is not)
+        if found is not None and '/sglang/' in found.traceback:
             return found
     return None

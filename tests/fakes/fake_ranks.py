@@ -59,11 +59,32 @@ _TRACEBACK = (
 # NCCL >= 2.2x spelling (older releases: "Error : no algorithm/protocol available ...").
 _NO_ALGO = ("No algorithm/protocol available for function AllGather with datatype "
             "ncclInt8. NCCL_ALGO was set to {algo}.")
+# SGLang 0.5.16 on an H200 (tests/launchers/logs/sglang-0.5.16-h200-*.log), frames shortened.
+_SCHEDULER = (
+    "Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/root/site/sglang/srt/managers/scheduler.py", line 4623, in run_scheduler_process\n'
+    "    scheduler = Scheduler(\n"
+    "                ^^^^^^^^^^\n")
 STARTUP_FAULTS = {
     "crash": _TRACEBACK + "Exception: Capture cuda graph failed: CUDA error: an illegal memory "
              "access was encountered\n" + CAPTURE_HELP,
     "oom": "Scheduler hit an exception: Traceback (most recent call last):\n"
            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n",
+    "no-weights": _SCHEDULER +
+    '  File "/root/site/sglang/srt/model_loader/loader.py", line 521, in _prepare_weights\n'
+    "    raise RuntimeError(\n"
+    "RuntimeError: Cannot find any model weights with `{model}`\n",
+    "missing-module": (
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/root/site/sgl_kernel/flash_attn.py", line 8, in <module>\n'
+        "    from sgl_kernel import flash_ops\n"
+        "ImportError: cannot import name 'flash_ops' from 'sgl_kernel' "
+        "(/root/site/sgl_kernel/__init__.py)\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n" + _SCHEDULER.split("\n", 1)[1] +
+        '  File "/root/site/sgl_kernel/flash_attn.py", line 10, in <module>\n'
+        "    raise ImportError(\n"
+        "ImportError: Can not import FA3 in sgl_kernel. Please check your installation.\n"),
     "global-tree": _TRACEBACK + "Exception: Capture cuda graph failed: NCCL error in: "
                    "/pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:94, invalid usage (run "
                    "with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\n"
@@ -167,7 +188,7 @@ class Ranks:
         self._read_fd: int | None = None
 
     def start(self, count: int, tp: int, fault: str | None, delay: float,
-              ignore_sigterm: bool, grandchild: bool) -> None:
+              ignore_sigterm: bool, grandchild: bool, model: str = "") -> None:
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)  # inherited: the marker and every NCCL_* reach the ranks
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.root), env.get("PYTHONPATH"))
@@ -175,7 +196,7 @@ class Ranks:
         for rank in range(count):
             cmd = [sys.executable, "-m", "tests.fakes.fake_ranks", "--rank", str(rank),
                    "--tp", str(tp), "--ready-fd", str(write_fd), "--delay", str(delay)]
-            cmd += ["--fault", fault] if fault else []
+            cmd += ["--fault", fault, "--model", model] if fault else []
             cmd += ["--ignore-sigterm"] if ignore_sigterm else []
             cmd += ["--grandchild"] if grandchild else []
             proc = subprocess.Popen(cmd, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL)
@@ -213,6 +234,18 @@ class Ranks:
         if self.children:
             self.children[0][1].kill()
 
+    def first_pid(self) -> int:
+        return self.children[0][1].pid if self.children else 0
+
+    def first_exit_code(self) -> int | None:
+        """Rank 0's exit code once it is gone (a killed rank: -9)."""
+        if not self.children:
+            return None
+        try:
+            return self.children[0][1].wait(2.0)
+        except subprocess.TimeoutExpired:
+            return None
+
     def stop(self, grace: float = 1.0) -> None:
         for _, proc in self.children:
             if proc.poll() is None:
@@ -233,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-fd", type=int, required=True)
     parser.add_argument("--fault", choices=sorted(STARTUP_FAULTS))
     parser.add_argument("--delay", type=float, default=0.0, help="seconds loading weights")
+    parser.add_argument("--model", default="", help="the model path a fault names")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--grandchild", action="store_true")
     args = parser.parse_args(argv)
@@ -242,8 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     write_nccl_log(args.rank, args.tp, args.fault)
     time.sleep(args.delay)
     if args.fault and args.rank == 0:
-        text = STARTUP_FAULTS[args.fault].format(algo=os.environ.get("NCCL_ALGO", "Tree"))
-        sys.stdout.write(f"{stamp(f'TP{args.rank}')} {text}")
+        text = STARTUP_FAULTS[args.fault].replace("{algo}", os.environ.get("NCCL_ALGO", "Tree"))
+        tag = f"TP{args.rank}" if args.tp > 1 else ""  # SGLang tags no rank at TP 1
+        sys.stdout.write(f"{stamp(tag)} {text.replace('{model}', args.model)}\n")
         sys.stdout.flush()
         return 1
     if args.fault:  # the other ranks wait in a collective that rank 0 never joins

@@ -39,8 +39,12 @@ from tests.fakes.fake_ranks import Ranks
 from tests.fakes.fake_startup import Startup, random_weights, target_load_s
 
 VERSION = "0.5.23"
-FAULTS = ("crash-startup", "hang-startup", "oom-startup", "die-mid-round", "hang-mid-round",
-          "ignore-sigterm", "setsid-grandchild", "slow")
+FAULTS = ("crash-startup", "hang-startup", "oom-startup", "no-weights-startup",
+          "missing-module-startup", "die-mid-round", "hang-mid-round", "ignore-sigterm",
+          "setsid-grandchild", "slow")
+# SGLang's own lines around a failure and a stop (0.5.16, tests/launchers/logs/).
+SIGQUIT_LAUNCH = "Received sigquit from a child process. It usually means the child failed."
+SIGQUIT_RUNNING = "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
 READY_LINE = "The server is fired up and ready to roll!"
 ROOT = Path(__file__).resolve().parents[2]
 CLI = sglang_cli.load_fixture()
@@ -88,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="die-mid-round / hang-mid-round: after this many finished requests")
     g.add_argument("--fake-no-tree-crash", action="store_true",
                    help="a global NCCL_ALGO=Tree does not crash graph capture")
+    g.add_argument("--fake-replay-log", type=Path, metavar="LOG",
+                   help="print a real server's log (its failure) and die as SGLang does: "
+                        "SIGKILL of the whole tree (exit -9)")
     g.add_argument("--fake-allow-any-host", action="store_true")
     g.add_argument("--fake-max-ranks", type=int, default=2,
                    help="rank processes started (at most --tp-size)")
@@ -171,10 +178,11 @@ class FakeServer:
 
     def startup_fault(self) -> str | None:
         fault = self.args.fake_fault
-        if fault == "crash-startup":
-            return "crash"
-        if fault == "oom-startup":
-            return "oom"
+        if fault in ("crash-startup", "oom-startup", "no-weights-startup",
+                     "missing-module-startup"):
+            return {"crash-startup": "crash", "oom-startup": "oom",
+                    "no-weights-startup": "no-weights",
+                    "missing-module-startup": "missing-module"}[fault]
         if cost_model.crash_reason(self.nccl_env(), self.tp) and not self.args.fake_no_tree_crash:
             return "global-tree"
         return None
@@ -217,19 +225,34 @@ class FakeServer:
         return {**args, "version": VERSION, "internal_states": [state]}
 
     # ------------------------------------------------------------ processes
-    def die(self) -> None:
-        """A scheduler crash mid-serving: SGLang's parent logs it and kills its tree."""
+    def die(self, during_launch: bool = False) -> None:
+        """A scheduler gone: SGLang's parent logs it and kills its own tree with SIGKILL
+        (``kill_process_tree``), itself included (exit -9). Serving, its watchdog names the
+        scheduler's exit code first."""
         if not self._dying.acquire(blocking=False):
             return
         time.sleep(0.05)  # let the response that just finished reach its client
-        self.ranks.kill_first()
-        log("Received sigquit from a child process. It usually means the child failed.")
-        self.ranks.stop(grace=0.2)
+        if during_launch:
+            log(SIGQUIT_LAUNCH)
+        else:
+            self.ranks.kill_first()
+            code = self.ranks.first_exit_code()
+            log(f"Subprocess scheduler_0 (pid={self.ranks.first_pid()}) crashed with exit code "
+                f"{code}. Triggering SIGQUIT for cleanup...")
+            log(SIGQUIT_RUNNING)
+        log(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, "
+            f"pid={os.getpid()}")
+        self.ranks.stop(grace=0.0)
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
-        log("Received SIGTERM. Shutting down.")
+        """SGLang drains on SIGTERM, then kills its tree (the log of a stop asked for)."""
+        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        log("Gracefully exiting... Remaining number of requests 0. Remaining requests "
+            "remaining_rids=[].")
+        log(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, "
+            f"pid={os.getpid()}")
         self.ranks.stop()
         sys.stdout.flush()
         os._exit(0)
@@ -261,11 +284,14 @@ class FakeServer:
         threading.Thread(target=http.serve_forever, name="http", daemon=True).start()
         log("Init torch distributed begin.", "TP0")
         load_s = target_load_s(a) * a.fake_startup_scale  # the ranks load, then capture
-        self.ranks.start(min(self.tp, max(1, a.fake_max_ranks)), self.tp, self.startup_fault(),
+        fault = self.startup_fault()
+        self.ranks.start(min(self.tp, max(1, a.fake_max_ranks)), self.tp, fault,
                          load_s, a.fake_fault == "ignore-sigterm",
-                         a.fake_fault == "setsid-grandchild")
+                         a.fake_fault == "setsid-grandchild", a.model_path)
         self.startup.weights_begin()
         problem = self.ranks.wait(time.monotonic() + load_s + max(30.0, a.fake_startup_s + 30.0))
+        if problem and fault is not None:  # the scheduler logged its exception, then died
+            self.die(during_launch=True)
         if problem:
             log(problem)
             self.ranks.stop()
@@ -310,12 +336,24 @@ def chosen_fault(args: argparse.Namespace, env: Mapping[str, str]) -> str | None
     return str(args.fake_fault) if args.fake_fault else None
 
 
+def replay(path: Path) -> int:
+    """A real server's log, line by line, then SGLang's end after a failure: its own tree
+    killed with SIGKILL (the log's last lines say so), this process included."""
+    for line in path.read_text(errors="replace").splitlines():
+        print(line, flush=True)
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return 137  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.host != "127.0.0.1" and not args.fake_allow_any_host:
         parser.error("the stand-in binds 127.0.0.1 only (--fake-allow-any-host to override)")
     args.fake_fault = chosen_fault(args, os.environ)
+    if args.fake_replay_log is not None:
+        return replay(args.fake_replay_log)
     # The GPUs this server was given (tests check that each server saw a whole node).
     log(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
     return FakeServer(args).run()

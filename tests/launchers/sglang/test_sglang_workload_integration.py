@@ -205,6 +205,8 @@ def test_startup_split_by_load_format(trial: Trial, tmp_path: Path) -> None:
     (["--fake-fault", "crash-startup"], {}, FailureKind.GRAPH_CAPTURE),
     ([], {"NCCL_ALGO": "Tree"}, FailureKind.GRAPH_CAPTURE),  # global Tree, tp 2
     (["--fake-fault", "oom-startup"], {}, FailureKind.KV_POOL_OOM),
+    (["--fake-fault", "no-weights-startup"], {}, FailureKind.MISSING_WEIGHTS),
+    (["--fake-fault", "missing-module-startup"], {}, FailureKind.MISSING_MODULE),
 ])
 def test_startup_failures_are_classified(trial: Trial, fake_args: list[str],
                                          config: dict[str, Value], kind: FailureKind) -> None:
@@ -213,7 +215,8 @@ def test_startup_failures_are_classified(trial: Trial, fake_args: list[str],
         server.wait_ready(30.0)
     failure = info.value.failure
     assert failure.kind is kind
-    assert failure.returncode == 1
+    assert failure.returncode == -9  # SGLang kills its own tree, itself included
+    assert "OOM" not in failure.hint and "sigquit" not in failure.message.lower()
     if config:
         assert "No algorithm/protocol available for function AllGather" in failure.log_tail
         assert "allreduce:" in failure.hint  # failures.hint points at the per-collective form
@@ -249,7 +252,10 @@ def test_death_mid_round(trial: Trial) -> None:
             server.measure(0)
     failure = info.value.failure
     assert failure.kind is FailureKind.CRASHED_MID_BENCHMARK
-    assert "Received sigquit from a child process" in failure.log_tail
+    # SGLang's watchdog names the scheduler's exit, then its SIGQUIT handler kills the tree
+    assert "crashed with exit code -9. Triggering SIGQUIT for cleanup" in failure.log_tail
+    assert "SIGQUIT received" in failure.log_tail
+    assert "OOM" in failure.hint  # a SIGKILLed scheduler with no exception logged
 
 
 def test_hang_mid_round(trial: Trial) -> None:
@@ -271,3 +277,36 @@ def test_grandchild_in_its_own_session_is_reaped(trial: Trial) -> None:
             assert time.monotonic() < deadline, "the grandchild never appeared"
             time.sleep(0.05)
     # the fixture asserts that nothing with this trial's marker survived stop()
+
+
+LOGS = Path(__file__).resolve().parents[1] / "logs"
+
+
+@pytest.mark.parametrize(("log", "kind", "message"), [
+    ("noweights", FailureKind.MISSING_WEIGHTS,
+     "RuntimeError: Cannot find any model weights with `.models/tiny-llama`"),
+    ("fa3", FailureKind.MISSING_MODULE,
+     "ImportError: Can not import FA3 in sgl_kernel. Please check your installation."),
+])
+def test_real_failure_logs_replayed_come_out_named(trial: Trial, log: str, kind: FailureKind,
+                                                   message: str) -> None:
+    """Real SGLang 0.5.16's logs (H200), replayed by a server that then dies as SGLang does:
+    named by their own exception, not the sigquit line, and no OOM hint."""
+    fake = ["--fake-replay-log", str(LOGS / f"sglang-0.5.16-h200-{log}.log")]
+    with trial.start(trial.workload(fake), {}) as server, pytest.raises(TrialFailed) as info:
+        server.wait_ready(30.0)
+    failure = info.value.failure
+    assert (failure.kind, failure.message, failure.returncode) == (kind, message, -9)
+    assert "OOM" not in failure.hint
+
+
+def test_a_stop_servetune_asks_for_is_no_failure(trial: Trial) -> None:
+    """Done with a server, servetune kills its tree at once: no SGLang crash path (no 5 s
+    'crash diagnostics' sleep), well under SGLang's own SIGTERM stop of 6 s."""
+    with trial.start(trial.workload(EXACT), {}) as server:
+        server.wait_ready(30.0)
+        began = time.monotonic()
+        server.stop()
+        assert time.monotonic() - began < 2.0
+    text = server.process.log_text()
+    assert "SIGQUIT" not in text and "crashed with exit code" not in text
