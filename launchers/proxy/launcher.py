@@ -257,7 +257,7 @@ class ProxyWorkload(Workload):
         mode = self.mode(folder.parent, cuda)
         found = self._paths(config, cuda, ranks, ctx.gpu_ids, draft_tokens, model, mode)
         comm = native.plan_part(mode, config, cuda=cuda, route=found.allreduce.path, env=env,
-                                unset=unset)
+                                unset=unset, interconnect=found.interconnect)
         env.update(found.env)
         env.update(comm.env)
         log = nccl_log() if cuda else None

@@ -251,7 +251,8 @@ def refusal(mode: Mode) -> str | None:
 
 
 def plan_part(mode: Mode, config: Mapping[str, Any], *, cuda: bool, route: str,
-              env: Mapping[str, str], unset: tuple[str, ...] = ()) -> PlanPart:
+              env: Mapping[str, str], unset: tuple[str, ...] = (), interconnect: str = "nvlink"
+              ) -> PlanPart:
     """The worker's flags (``--proxy-comm``, ``--native-flags``), the variables native mode
     sets, and notes; ``route`` is the all-reduce path SGLang 0.5.23's rules predict, ``env``
     and ``unset`` the plan's variables so far."""
@@ -285,4 +286,8 @@ def plan_part(mode: Mode, config: Mapping[str, Any], *, cuda: bool, route: str,
                      "changes nothing there")
     if route == dispatch.FUSION:
         notes.append(FUSION_NOTE)
+    if interconnect == "pcie" and cuda:
+        notes.append("native mode under --interconnect pcie: SGLang asks NVML about NVLink "
+                     "itself, so its own rules see the GPUs as they are; only NCCL runs as on a "
+                     "PCIe box (NCCL_P2P_DISABLE=1)")
     return PlanPart(tuple(argv), added, tuple(notes))
