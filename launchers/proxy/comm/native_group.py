@@ -129,9 +129,14 @@ class _Watch:
         try:
             for attr, obj in communicators(self.group).items():
                 for method in dir(type(obj)):
-                    if SERVING.match(method) and callable(getattr(obj, method, None)):
-                        undo.append((obj, method, obj.__dict__.get(method)))
+                    if not (SERVING.match(method) and callable(getattr(obj, method, None))):
+                        continue
+                    try:  # an object without a __dict__ (slots) is left unwatched
+                        before = vars(obj).get(method)
                         setattr(obj, method, self._wrap(attr, obj, method))
+                    except (AttributeError, TypeError):
+                        continue
+                    undo.append((obj, method, before))
             yield self
         finally:
             for obj, method, before in reversed(undo):

@@ -269,3 +269,82 @@ def test_worker_native_failure_is_one_clear_line(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "native mode: SGLang's distributed layer does not import: ImportError: sglang " \
            "hidden by the test" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- the rank's side, without SGLang
+
+
+def test_switches_follow_the_installed_spelling() -> None:
+    from launchers.proxy.comm.native_group import NativeUnavailable, _switches
+
+    def v0523(group_ranks: Any, local_rank: Any, backend: Any, use_pynccl: Any = None,
+              use_custom_allreduce: Any = None, group_name: Any = None, use_mscclpp: Any = None,
+              use_torch_symm_mem_allreduce: Any = None) -> None: ...
+
+    def v0516(group_ranks: Any, local_rank: Any, backend: Any, use_custom_allreduce: Any = None,
+              use_mscclpp_allreduce: Any = None, use_torch_symm_mem_allreduce: Any = None
+              ) -> None: ...
+
+    def bare(group_ranks: Any, local_rank: Any, backend: Any) -> None: ...
+
+    flags = ["disable-custom-all-reduce", "enable-mscclpp"]
+    assert _switches(v0523, flags) == {"use_custom_allreduce": False, "use_mscclpp": True,
+                                       "use_torch_symm_mem_allreduce": False}
+    assert _switches(v0516, flags)["use_mscclpp_allreduce"] is True
+    assert _switches(bare, []) == {}  # nothing asked beyond the defaults
+    with pytest.raises(NativeUnavailable, match="no switch for mscclpp"):
+        _switches(bare, ["enable-mscclpp"])
+
+
+class _Comm:
+    """A stand-in communicator: its module is where SGLang keeps them."""
+
+    __module__ = "sglang.srt.distributed.device_communicators.fake"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.disabled = False
+
+    def should_custom_ar(self, t: Any) -> bool:
+        return True
+
+    def custom_all_reduce(self, t: Any) -> Any:
+        self.calls += 1
+        return self.all_reduce(t)  # nested: only the outermost is recorded
+
+    def all_reduce(self, t: Any) -> Any:
+        return t
+
+
+class _Group:
+    def __init__(self, serve: bool) -> None:
+        self.ca_comm: Any = _Comm()
+        self.pynccl_comm: Any = None
+        self.device_group = None
+        self.serve = serve
+
+    def all_reduce(self, t: Any) -> Any:
+        return self.ca_comm.custom_all_reduce(t) if self.serve else t
+
+
+def test_watch_names_the_outermost_communicator_and_restores_it() -> None:
+    import torch
+
+    from launchers.proxy.comm.native_group import NativeCollectives, communicators
+
+    group = _Group(serve=True)
+    assert list(communicators(group)) == ["ca_comm"]
+    comm = NativeCollectives(group, predicted=dispatch.FUSION, cuda=False, graph=False)
+    buf = torch.zeros(4)
+    group.all_gather_into_tensor = lambda out, t: None  # type: ignore[attr-defined]
+    comm.observe(buf, torch.zeros(8), buf)
+    assert comm.path == "native:custom_ar" and comm.gather_path == "native:torch_distributed"
+    record = comm.record()
+    assert record["allreduce_served_by"] == "ca_comm.custom_all_reduce (_Comm)"
+    assert record["native_fusion"] and record["native_communicators"] == "ca_comm (_Comm)"
+    assert "custom_all_reduce" not in vars(group.ca_comm)  # unwrapped again
+    assert group.ca_comm.calls == 1
+    quiet = NativeCollectives(_Group(serve=False), predicted="nccl", cuda=False, graph=False)
+    quiet.group.all_gather_into_tensor = lambda out, t: None
+    quiet.observe(buf, torch.zeros(8), buf)
+    assert quiet.path == "native:torch_distributed" and quiet.record()["native_fusion"] is None
