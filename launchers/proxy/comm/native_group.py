@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -245,5 +246,8 @@ def build(predicted: str, *, world: int, rank: int, local_rank: int, cuda: bool,
     if predicted in NATIVE_NOT_MODELLED:
         raise ValueError(f"the proxy does not run the {predicted} path in native mode: "
                          f"{NATIVE_NOT_MODELLED[predicted]}")
+    if not cuda and os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
+        raise NativeUnavailable("native mode on CPU runs SGLang's CPU engine: set "
+                                "SGLANG_USE_CPU_ENGINE=1 (the launcher's plan does)")
     group = build_group(world=world, rank=rank, local_rank=local_rank, cuda=cuda, flags=flags)
     return NativeCollectives(group, predicted=predicted, cuda=cuda, graph=graph)

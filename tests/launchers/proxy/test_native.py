@@ -260,7 +260,8 @@ def test_worker_native_failure_is_one_clear_line(tmp_path: Path) -> None:
     shadow = tmp_path / "sglang"
     shadow.mkdir()
     (shadow / "__init__.py").write_text("raise ImportError('sglang hidden by the test')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+           "SGLANG_USE_CPU_ENGINE": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "launchers.proxy.worker", "--spawn", "2", "--device", "cpu",
          "--model", "tiny", "--rounds", "1", "--iters", "1", "--kv-len", "16", "--no-check",
