@@ -24,6 +24,7 @@ those the proxy still cannot run as the server does stay (``NATIVE_NOT_MODELLED`
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -113,6 +114,7 @@ def _version(dist: str) -> str | None:
     return None
 
 
+@functools.cache
 def _module_version(module: str) -> str | None:
     """The version of the distribution that installs ``module`` (whatever it is named)."""
     for dist in importlib.metadata.packages_distributions().get(module, []):
