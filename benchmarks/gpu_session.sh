@@ -32,17 +32,33 @@
 #   sglang-probe    what real SGLang prints and where its start goes: import times, SGLang's
 #               resolution in servetune's reader (no GPU context), three failing launches
 #               (no weights, fa3, topk without steps), timed launches stopped both ways
+# With SGLang staged in /root/site (shared/tools/device-sglang-prepare, its calls A and B):
+#   native-tests      the gpu-marked native-mode tests (every TP 2 path through SGLang's own
+#                     GroupCoordinator captures and passes the gate; which communicator served)
+#   native-paths-nvlink, native-paths-pcie   benchmarks/proxy_paths.py in both modes, Kimi-K2.5
+#                     shape: native vs emulated verify, compute and exposed ms per path
+#   pvs-proxy, pvs-server, pvs-compare   benchmarks/proxy_vs_server.py: 12 settings on the
+#                     proxy (native) and on real SGLang at TP 2; run pvs-server again until it
+#                     says nothing is left (each call measures for 9 minutes at most). The model
+#                     folders come from `python -m benchmarks.proxy_vs_server prepare --out
+#                     .proxy-vs-server` run beforehand anywhere, that folder carried; its
+#                     rows.jsonl is copied to $OUT after each call (carry it back in to resume
+#                     on a fresh machine)
+# The proxy steps above pin --proxy-comm emulated: their numbers in BENCHMARKS.md are the
+# emulated paths'.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled
-export PYTHONPATH=/root/site:/root/pylibs:$PWD PATH=/root/site/bin:$PATH HF_HUB_OFFLINE=1
+export PYTHONPATH=/root/pylibs:$PWD
 STAGE=/root/stage
 PLUGIN=$STAGE/libnccl-tuner-example.so
 # The proxy with Kimi-K2.5's shapes at TP 2: 15 replays per graph per round keep a trial near
 # 10 s (6 s of it start-up: torch import, NCCL, capture).
-PROXY=(--model-config kimi-k2.5 --iters 15 --rounds 3 --no-dashboard)  # the dashboard needs packages this machine lacks
+PROXY=(--model-config kimi-k2.5 --iters 15 --rounds 3 --no-dashboard --proxy-comm emulated)  # the dashboard needs packages this machine lacks
+SGL=(env PYTHONPATH=/root/site:$PYTHONPATH PATH=/root/site/bin:$PATH HF_HUB_OFFLINE=1)  # SGLang staged
+PVS=.proxy-vs-server
 
 step() {  # step NAME LIMIT_S COMMAND...: output to $OUT/NAME.log, a summary line
   local name=$1 limit=$2 began rc
@@ -60,7 +76,7 @@ measure_landscape() {
   shift 5
   step "$log" "$limit" python3 -m tuner run --space "$space" --search grid --samples 36 \
     --scheduler fifo --confirm 0 --model-config kimi-k2.5 --iters 15 --rounds 1 \
-    --no-dashboard --out "runs/landscape-$name" "$@"
+    --no-dashboard --proxy-comm emulated --out "runs/landscape-$name" "$@"
   python3 -m benchmarks.landscape_table "runs/landscape-$name" --out "$OUT/$name.csv" \
     --name "$name" --machine "$machine" --command "bash benchmarks/gpu_session.sh $step"
   tail -5 "$OUT/$log.log"
@@ -76,8 +92,13 @@ FAST="--cuda-graph-backend-prefill disabled --cuda-graph-bs-decode 1 --skip-serv
 
 since() { python3 -c "import sys; print(round($EPOCHREALTIME - float(sys.argv[1]), 2))" "$1"; }
 
+with_sglang() {  # the real-SGLang steps: SGLang staged in /root/site
+  export PYTHONPATH=/root/site:$PYTHONPATH PATH=/root/site/bin:$PATH HF_HUB_OFFLINE=1
+}
+
 sglang_probe() {  # everything under $OUT/probe/, then one tarball (the device returns 8 files)
   local t0 P="$OUT/probe"
+  with_sglang
   mkdir -p "$P"
   # 1. imports: the first import writes bytecode (--no-compile), the second is the floor
   for i in 1 2; do
@@ -154,10 +175,29 @@ sglang-wheels2)
   mkdir -p /root/site && python3 -m pip install -q --no-index --no-deps --no-compile \
       --target /root/site "$STAGE"/*.whl .sglwheel2/*.whl &&
     tar -C /root/site -xJf .sglwheel2/site-stripped.tar.xz && rm -f "$STAGE"/*.whl &&
-    python3 -c "import sglang; print('sglang', sglang.__version__)" ;;
+    with_sglang && python3 -c "import sglang; print('sglang', sglang.__version__)" ;;
 sglang-probe)
   sglang_probe ;;
+native-tests)
+  step native_tests 560 "${SGL[@]}" python3 -m pytest -m gpu tests/launchers/proxy/test_gpu_native.py \
+    -q -p no:cacheprovider -rs -x
+  tail -3 "$OUT/native_tests.log" ;;
+native-paths-nvlink|native-paths-pcie)
+  regime=${1#native-paths-}
+  step "native_paths_$regime" 560 "${SGL[@]}" python3 -m benchmarks.proxy_paths --model kimi-k2.5 \
+    --ranks 2 --interconnect "$regime" --proxy-comm emulated --proxy-comm native --rounds 4 \
+    --iters 30 --json "$OUT/native_paths_$regime.json" --out "/tmp/native-paths-$regime"
+  tail -16 "$OUT/native_paths_$regime.log" ;;
+pvs-proxy|pvs-server)
+  step "${1//-/_}" 580 "${SGL[@]}" python3 -m benchmarks.proxy_vs_server measure \
+    --side "${1#pvs-}" --out "$PVS" --budget 520
+  cp "$PVS/rows.jsonl" "$OUT/pvs_rows.jsonl"
+  tail -3 "$OUT/${1//-/_}.log" ;;
+pvs-compare)
+  step pvs_compare 60 python3 -m benchmarks.proxy_vs_server compare --out "$PVS"
+  cp "$PVS/verdict.json" "$OUT/pvs_verdict.json"
+  tail -14 "$OUT/pvs_compare.log" ;;
 *)
-  sed -n '2,36p' "$0"
+  sed -n '2,/^set -u/p' "$0" | sed '$d'  # the header
   exit 2 ;;
 esac

@@ -38,6 +38,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    "nccl, custom_ar_1shot, custom_ar_2shot, torch_symm_mem_2shot, fusion); "
                    "CPU runs gloo whatever it says")
     p.add_argument("--allgather-path", default="nccl", help="the logits all-gather's path")
+    p.add_argument("--proxy-comm", choices=["emulated", "native"], default="emulated",
+                   help="native: every collective through the installed SGLang's "
+                   "GroupCoordinator (its dispatch; --allreduce-path is then SGLang 0.5.23's "
+                   "predicted path, recorded beside what served); emulated: run --allreduce-path")
+    p.add_argument("--proxy-comm-reason", default="", help="why this mode (recorded)")
+    p.add_argument("--native-flags", default="", help="native: SGLang switches that are on, "
+                   "comma-separated (disable-custom-all-reduce, enable-mscclpp, "
+                   "enable-torch-symm-mem)")
     p.add_argument("--interconnect", default="auto", help="the regime the launcher applied "
                    "(nvlink or pcie), recorded in the results")
     p.add_argument("--iters", type=int, default=50, help="replays timed per round")

@@ -15,7 +15,7 @@ from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
 from launchers.proxy import acceptance, topology
 from launchers.proxy import paths as proxy_paths
-from launchers.proxy.comm import dispatch, settings
+from launchers.proxy.comm import native, settings
 from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE, STEP_SPANS
 from launchers.proxy.running import ProxyRunning, nccl_log
 from launchers.proxy.shapes import (
@@ -62,11 +62,15 @@ class ProxyArgs(WorkloadArgs):
     interconnect: Literal["auto", "nvlink", "pcie"] = Field(
         "auto", description="pcie: what a PCIe box has, on any GPUs (NCCL_P2P_DISABLE=1, "
         "SGLang's rules without NVLink); auto: as NVML reports the GPUs")
+    proxy_comm: Literal["auto", "native", "emulated"] = Field("auto", description=(
+        "native: the collectives through the installed SGLang's distributed layer; emulated: "
+        "the proxy's own paths; auto: native where SGLang and its kernels import"))
 
     cli_fields: ClassVar[Mapping[str, str]] = {
         "model_config": "model", "layers": "layers", "batch": "batch", "kv_len": "kv_len",
         "port": "port", "ready_timeout": "ready_timeout", "interconnect": "interconnect",
-        "iters": "iters_per_round", "accept_length_from": "accept_lengths"}
+        "iters": "iters_per_round", "accept_length_from": "accept_lengths",
+        "proxy_comm": "proxy_comm"}
 
     def build(self) -> ProxyWorkload:
         return ProxyWorkload(self)
@@ -76,6 +80,11 @@ class ProxyArgs(WorkloadArgs):
 
     def tp_ranks(self) -> int | None:
         return self.ranks
+
+    def checks(self, space: SearchSpace, experiment: str) -> list[str]:
+        """--proxy-comm native where SGLang's distributed layer cannot run: bad input."""
+        why = native.refusal(self.build().mode(None)) if self.proxy_comm == "native" else None
+        return [why] if why else []
 
 
 # ---------------------------------------------------------------- the workload
@@ -134,12 +143,11 @@ def _cuda_available() -> bool:
 class ProxyWorkload(Workload):
     """The verify-pass proxy: one process tree of one rank per GPU (2 gloo ranks on CPU).
 
-    Collectives: the plan asks SGLang's dispatch rules (``launchers.proxy.comm.dispatch``)
-    which path the configuration's flags and SGLANG_* variables give the pass's all-reduces
-    and its logits all-gather on this machine, passes the answer to the ranks
-    (``--allreduce-path``, ``--allgather-path``) and says it in the notes; a path the proxy
-    cannot run fails the trial in preflight as ``not_modelled`` (``unmodelled`` names those
-    values so the engine can leave them out of the space).
+    Collectives: ``--proxy-comm`` (``comm.native``) runs them through the installed SGLang's
+    distributed layer (native) or the proxy's own paths (emulated), for which the plan asks
+    SGLang's rules (``comm.dispatch``) the path of the all-reduces and the logits all-gather,
+    passes it to the ranks and says it in the notes; a path the mode cannot run fails in
+    preflight as ``not_modelled`` (``unmodelled`` names those values for the engine).
 
     Correctness gate: the output compared is the verify pass's logits ([tokens x vocab],
     float32) after the graph replay. The first trial of an experiment that sets no NCCL
@@ -181,12 +189,12 @@ class ProxyWorkload(Workload):
 
         ranks = self.args.ranks or ((gpu.device_count() or 1) if cuda else 2)
         gpu_ids = tuple(str(i) for i in range(ranks)) if cuda else ()
-        out: dict[Value, str] = {}
+        mode, out = self.mode(None), dict[Value, str]()
         for value in knob.choices:
             if value is None:
                 continue
             found = self._paths({knob.name: value}, cuda, ranks, gpu_ids,
-                                self.args.draft_tokens, self._model(cuda))
+                                self.args.draft_tokens, self._model(cuda), mode)
             if found.error is not None:
                 continue  # a value SGLang cannot parse: validation's business
             reasons = [r.describe() for r in (found.allreduce,) if r.error] + found.not_modelled
@@ -206,12 +214,18 @@ class ProxyWorkload(Workload):
             return gpu.device_count() > 0 and _cuda_available()
         return bool(gpu_ids) and _cuda_available()
 
+    def mode(self, folder: Path | None, cuda: bool | None = None) -> native.Mode:
+        """Native or emulated collectives (``comm.native``), the probe kept in ``folder``."""
+        return native.resolve(self.args.proxy_comm, self._cuda(None) if cuda is None else cuda,
+                              folder / native.CACHE_FILE if folder is not None else None)
+
     def _model(self, cuda: bool) -> str:
         model = self.args.model or ("llama-3.1-70b" if cuda else "tiny")
         return model if model in preset_names() else str(Path(model).absolute())
 
     def _paths(self, config: Mapping[str, Value], cuda: bool, ranks: int,
-               gpu_ids: tuple[str, ...], draft_tokens: int, model: str) -> proxy_paths.Paths:
+               gpu_ids: tuple[str, ...], draft_tokens: int, model: str, mode: native.Mode
+               ) -> proxy_paths.Paths:
         try:
             shape_config: dict[str, Any] = load_shape(model)
         except ValueError:
@@ -222,7 +236,8 @@ class ProxyWorkload(Workload):
             topology=topology.probe(gpu_ids) if cuda else topology.Topology(None, None),
             graph=self.args.graph, architecture=architecture(model),
             tokens=self.args.batch * draft_tokens,
-            hidden=hidden if isinstance(hidden, int) else 0, inherited=os.environ)
+            hidden=hidden if isinstance(hidden, int) else 0, mode=mode.name,
+            inherited=native.inherited_env(mode, os.environ, cuda))
 
     def plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         a = self.args
@@ -239,8 +254,12 @@ class ProxyWorkload(Workload):
 
         env, unset = knob_env(config)
         reference = writes_reference(env)  # before the regime's own variables
-        found = self._paths(config, cuda, ranks, ctx.gpu_ids, draft_tokens, model)
+        mode = self.mode(folder.parent, cuda)
+        found = self._paths(config, cuda, ranks, ctx.gpu_ids, draft_tokens, model, mode)
+        comm = native.plan_part(mode, config, cuda=cuda, route=found.allreduce.path, env=env,
+                                unset=unset, interconnect=found.interconnect)
         env.update(found.env)
+        env.update(comm.env)
         log = nccl_log() if cuda else None
         if log is not None:
             env.update(log.debug_env(folder))
@@ -269,7 +288,7 @@ class ProxyWorkload(Workload):
                 "--batch", str(a.batch), "--draft-tokens", str(draft_tokens),
                 "--kv-len", str(a.kv_len),
                 "--allreduce-path", found.allreduce_arg, "--allgather-path", found.allgather.path,
-                "--interconnect", found.interconnect,
+                "--interconnect", found.interconnect, *comm.argv,
                 "--iters", str(a.iters_per_round or (50 if cuda else 10)),
                 "--graph" if a.graph else "--no-graph", "--accept-length", str(accept),
                 "--accept-length-source",
@@ -313,7 +332,7 @@ class ProxyWorkload(Workload):
         notes.append(f"accept length {accept:g}, measured in {measured.source or 'a server run'}"
                      if measured else f"accept length {accept:g}, assumed (no measurement for "
                      "this speculative shape)")
-        notes += found.notes
+        notes += [*found.notes, *comm.notes]
         if a.check_correctness and reference:
             notes.append("no NCCL overrides: writes the correctness reference if none exists")
         return LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
@@ -328,16 +347,21 @@ class ProxyWorkload(Workload):
         from launchers.proxy.geometry import Geometry
 
         args = parse_args(plan.argv[3:])
+        why = native.refusal(self.mode(ctx.trial_dir.parent, args.device == "cuda")) \
+            if args.proxy_comm == native.NATIVE else None
+        if why:
+            raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, why))
         if args.allreduce_path == proxy_paths.INVALID:
             why = next((n.removeprefix(proxy_paths.INVALID_NOTE) for n in plan.notes
                         if n.startswith(proxy_paths.INVALID_NOTE)), "invalid settings")
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, why))
         for what, path in (("all-reduce", args.allreduce_path),
                            ("all-gather", args.allgather_path)):
-            if path in dispatch.NOT_MODELLED:
+            unmodelled = native.not_modelled(args.proxy_comm)
+            if path in unmodelled:
                 raise TrialFailed(Failure(
                     FailureKind.NOT_MODELLED, f"SGLang would run the {what} as {path}, which "
-                    f"the proxy does not model: {dispatch.NOT_MODELLED[path]}"))
+                    f"the proxy does not model: {unmodelled[path]}"))
         try:
             shape = Shape.from_config(load_shape(args.model), shape_name(args.model))
             Geometry(shape, ranks=args.spawn, batch=args.batch, draft_tokens=args.draft_tokens,

@@ -42,12 +42,13 @@ APPROXIMATION: tuple[str, ...] = (
     "Attention is decode-style: each verify token attends to its request's KV cache of "
     "kv_len entries (read in full), not to the other draft tokens (no tree mask); new K/V are "
     "computed but not appended; no RoPE. MLA runs in the absorbed form SGLang decodes with.",
-    "Collectives take the path SGLang's dispatch rules give them on this machine (the plan's "
-    "notes and the results name it): NCCL runs as NCCL; SGLang's custom allreduce (v2 push/pull "
-    "or legacy kernels) is stood in for by torch symmetric memory's one-shot or two-shot "
-    "kernels, which read peer memory the same way but are not SGLang's kernels; FlashInfer's "
-    "fused all-reduce + residual add + RMSNorm is emulated by the one-shot all-reduce followed "
-    "by separate add and norm kernels. Paths the proxy cannot run fail as not_modelled.",
+    "Collectives (emulated mode) take the path SGLang's dispatch rules give them on this "
+    "machine (the plan's notes and the results name it): NCCL runs as NCCL; SGLang's custom "
+    "allreduce (v2 push/pull or legacy kernels) is stood in for by torch symmetric memory's "
+    "one-shot or two-shot kernels, which read peer memory the same way but are not SGLang's "
+    "kernels; FlashInfer's fused all-reduce + residual add + RMSNorm is emulated by the "
+    "one-shot all-reduce followed by separate add and norm kernels. Paths the proxy cannot "
+    "run fail as not_modelled.",
     "The pass starts from hidden states: no embedding lookup and no embedding all-reduce. "
     "Norms carry no weights. Activations and softmax are counted as compute, not bytes.",
     "With --layers N fewer than the model's, N layers run (dense and MoE in the model's "
@@ -58,8 +59,19 @@ APPROXIMATION: tuple[str, ...] = (
 )
 
 
-def approximation() -> list[str]:
-    return list(APPROXIMATION)
+NATIVE_COLLECTIVES = (
+    "Collectives (native mode) go through the installed SGLang's tensor-parallel "
+    "GroupCoordinator: its all_reduce and all_gather_into_tensor choose the communicator "
+    "(custom allreduce, PCIe-IPC, MSCCL++, torch symm-mem, pynccl) by that release's rules, and "
+    "the results name the one that served (allreduce_served_by). FlashInfer's fused all-reduce "
+    "+ residual add + RMSNorm is part of SGLang's layers, not of its distributed layer: where "
+    "SGLang would fuse, the proxy runs SGLang's all_reduce, then the add and the norm.")
+
+
+def approximation(native: bool = False) -> list[str]:
+    """The approximation, stated; ``native``: the collectives' line for native mode."""
+    return [NATIVE_COLLECTIVES if native and line.startswith("Collectives") else line
+            for line in APPROXIMATION]
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from launchers.proxy.comm import dispatch
+from launchers.proxy.comm import dispatch, native
 from launchers.proxy.comm.settings import Settings
 from launchers.proxy.topology import Topology
 
@@ -40,6 +40,7 @@ class Paths:
     env: dict[str, str] = field(default_factory=dict)  # the regime's variables
     notes: tuple[str, ...] = ()
     error: str | None = None  # a setting SGLang would refuse
+    mode: str = native.EMULATED  # who runs the collectives (comm.native)
 
     @property
     def allreduce_arg(self) -> str:
@@ -49,11 +50,12 @@ class Paths:
     def not_modelled(self) -> list[str]:
         """Why each path the proxy cannot run is not modelled, once per path, with which
         collective SGLang sends there and why (empty: all run)."""
+        table = native.not_modelled(self.mode)
         routes: dict[str, list[tuple[str, dispatch.Route]]] = {}
         for what, r in (("all-reduce", self.allreduce), ("all-gather", self.allgather)):
-            if r.error is None and not r.modelled:
+            if r.error is None and not r.modelled_in(table):
                 routes.setdefault(r.path, []).append((what, r))
-        return [f"{path}: not modelled ({dispatch.NOT_MODELLED[path]}); "
+        return [f"{path}: not modelled ({table[path]}); "
                 + "; ".join(f"{what}: {r.why}" for what, r in found)
                 for path, found in routes.items()]
 
@@ -82,14 +84,16 @@ def machine(*, ranks: int, cuda: bool, interconnect: str, topology: Topology, gr
 
 def resolve(config: Mapping[str, Any], *, ranks: int, cuda: bool, interconnect: str,
             topology: Topology, graph: bool, architecture: str | None, tokens: int,
-            hidden: int, inherited: Mapping[str, str]) -> Paths:
-    """The paths SGLang would take for this configuration on this machine, with notes."""
+            hidden: int, inherited: Mapping[str, str], mode: str = native.EMULATED) -> Paths:
+    """The paths SGLang would take for this configuration on this machine, with notes, for
+    the proxy's ``mode`` of running them (``comm.native``)."""
     try:
         settings = Settings.from_config(config, inherited)
     except ValueError as err:
         m = dispatch.Machine(world=ranks, nvlink=True)
         none = dispatch.Route(INVALID, str(err), str(err))
-        return Paths(interconnect, m, none, none, {}, (INVALID_NOTE + str(err),), str(err))
+        return Paths(interconnect, m, none, none, {}, (INVALID_NOTE + str(err),), str(err),
+                     mode)
     m, resolved, notes = machine(ranks=ranks, cuda=cuda, interconnect=interconnect,
                                  topology=topology, graph=graph, settings=settings)
     nbytes = tokens * hidden * 2  # bf16, as SGLang serves these models
@@ -99,21 +103,26 @@ def resolve(config: Mapping[str, Any], *, ranks: int, cuda: bool, interconnect: 
     env = dict(PCIE_ENV) if resolved == "pcie" else {}
     if allreduce.error is not None:
         notes.append(INVALID_NOTE + allreduce.error)
+    table = native.not_modelled(mode)
     notes.append(f"all-reduce ({2} per layer, {nbytes} bytes): SGLang would run "
-                 f"{allreduce.describe()}")
-    notes.append(f"all-gather of the logits: SGLang would run {allgather.describe()}")
-    if allreduce.modelled and cuda:
+                 f"{allreduce.describe(table)}")
+    notes.append(f"all-gather of the logits: SGLang would run {allgather.describe(table)}")
+    if mode == native.NATIVE:
+        notes.append("the proxy runs: the installed SGLang's GroupCoordinator (all_reduce, "
+                     "all_gather_into_tensor)" + ("" if cuda else " over gloo, as its CPU "
+                                                  "engine does (SGLANG_USE_CPU_ENGINE=1)"))
+    elif allreduce.modelled and cuda:
         notes.append("the proxy runs: " + dispatch.RUNS[allreduce.path])
-    if allreduce.path == dispatch.FUSION and allreduce.modelled:
+    if allreduce.path == dispatch.FUSION and allreduce.modelled and mode != native.NATIVE:
         notes.append("fusion is emulated, not FlashInfer's kernel: the one-shot all-reduce, "
                      "the residual add and the RMSNorm run as separate kernels, so each fused "
                      "all-reduce costs its launches and memory round trips more than FlashInfer's "
                      "single kernel would (an upper bound of the fused path)")
-    if not cuda:
+    if not cuda and mode != native.NATIVE:
         notes.append("CPU: every collective ran gloo, whatever SGLang would run")
     if resolved == "pcie":
         notes.append("interconnect pcie on " + ("NVLink hardware" if topology.nvlink else
                      "this machine") + ": NCCL_P2P_DISABLE=1 and SGLang's rules without "
                      "NVLink; a custom allreduce still moves its bytes over the GPUs' own "
                      "links, so its time is not a PCIe box's")
-    return Paths(resolved, m, allreduce, allgather, env, tuple(notes))
+    return Paths(resolved, m, allreduce, allgather, env, tuple(notes), mode=mode)

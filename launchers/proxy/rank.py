@@ -161,9 +161,19 @@ class Rank:
         _maybe_fail(args, "init", rank, world)
         marks["group"] = time.monotonic() - step
         step = time.monotonic()
-        comm = collectives.build(args.allreduce_path, world=world, cuda=self.cuda,
-                                 max_numel=geo.tokens * shape.hidden_size, dtype=dtype,
-                                 device=self.device)
+        native = args.proxy_comm == "native"  # SGLang's own group (comm.native_group)
+        if native:
+            from launchers.proxy.comm import native_group
+
+            comm: collectives.Collectives = native_group.build(
+                args.allreduce_path, world=world, rank=rank, local_rank=self.local,
+                cuda=self.cuda, graph=args.graph, flags=[f for f in args.native_flags.split(",")
+                                                         if f])
+            comm.prepare(hidden=shape.hidden_size, rows=geo.tokens)
+        else:
+            comm = collectives.build(args.allreduce_path, world=world, cuda=self.cuda,
+                                     max_numel=geo.tokens * shape.hidden_size, dtype=dtype,
+                                     device=self.device)
         marks["collectives"] = time.monotonic() - step
         layers_source = "given" if args.layers else "all"
         if self.cuda and args.fit_layers:
@@ -188,10 +198,14 @@ class Rank:
                 "allreduce": lambda: model.collectives(n_allreduce),
                 "allgather": model.gather_only}
         self.timed = {k: Timed(k, fn, self.device, args.graph) for k, fn in work.items()}
-        for index, item in enumerate(self.timed.values()):
-            # one eager pass warms every kernel and collective up (cuBLAS, NCCL, symmetric
-            # memory); the other graphs run a subset of it and are captured directly
-            item.prepare(warmup=1 if index == 0 else 0)
+        with comm.capture():  # native: SGLang's; graphs replay after it (buffers registered)
+            comm.observe(model.comm_buf, model.gather_buf, model.gather_src)
+            for index, item in enumerate(self.timed.values()):
+                # one eager pass warms every kernel and collective up (cuBLAS, NCCL, symmetric
+                # memory); the other graphs run a subset of it and are captured directly
+                item.prepare(warmup=1 if index == 0 else 0, replay=not native)
+        for item in self.timed.values() if native else ():
+            item.fill()
         marks["capture"] = time.monotonic() - step
         step = time.monotonic()
         dtype_name = str(dtype).removeprefix("torch.")
@@ -204,14 +218,16 @@ class Rank:
         _maybe_fail(args, "ready", rank, world)
         device_name = (torch.cuda.get_device_name(self.device) if self.cuda
                        else platform.processor() or platform.machine() or None)
-        gather_path = comm.path if comm.path in ("gloo", "local") else args.allgather_path
+        gather_path = getattr(comm, "gather_path", None) or (
+            comm.path if comm.path in ("gloo", "local") else args.allgather_path)
         self.fixed = {
             "graph": bool(args.graph and self.cuda), "ranks": world,
             "device": f"cuda:{device_name}" if self.cuda else "cpu", "iters": args.iters,
             "interconnect": args.interconnect, "allreduce_path": comm.path,
             "allgather_path": gather_path, "sglang_allreduce_path": args.allreduce_path,
             "sglang_allgather_path": args.allgather_path, "allreduce_count": n_allreduce,
-            "allgather_count": 1}
+            "allgather_count": 1, "proxy_comm": args.proxy_comm,
+            "proxy_comm_reason": args.proxy_comm_reason, **comm.record()}
         unquantized = replace(geo, quantize=False).bytes_per_pass()["total"]
         self.events.emit(
             "ready", shape=name, **self.fixed, device_name=device_name, dtype=dtype_name,
@@ -223,7 +239,7 @@ class Rank:
             bytes_per_pass=geo.bytes_per_pass()["total"], bytes_per_pass_run=run_bytes["total"],
             bytes_breakdown=geo.bytes_per_pass(), hbm_bandwidth=self.bandwidth,
             hbm_bandwidth_source=bandwidth_source, quantized_checkpoint=shape.quantized,
-            bytes_per_pass_unquantized=unquantized, approximation=approximation(),
+            bytes_per_pass_unquantized=unquantized, approximation=approximation(native),
             torch=torch.__version__, nccl=_nccl_version() if self.cuda else None,
             setup_s={k: round(v, 3) for k, v in marks.items()}, **status)
 

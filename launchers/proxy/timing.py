@@ -112,8 +112,10 @@ class Timed:
         self.use_graph = graph and device.type == "cuda"
         self.out: Any = None
 
-    def prepare(self, warmup: int = 2) -> None:
-        """Eager warm-up calls, then the capture (graph mode)."""
+    def prepare(self, warmup: int = 2, replay: bool = True) -> None:
+        """Eager warm-up calls, then the capture (graph mode) and, with ``replay``, one replay
+        that fills ``out`` (else ``fill`` does, later: native mode replays only after SGLang's
+        capture context has registered the captured buffers)."""
         import torch
 
         if not self.use_graph:
@@ -137,7 +139,13 @@ class Timed:
         except Exception as err:
             print(f"proxy: Capture cuda graph failed ({self.name}): {err}", flush=True)
             raise
-        self.graph.replay()  # capture computes nothing: fill self.out
+        if replay:
+            self.fill()
+
+    def fill(self) -> None:
+        """One replay: capture computes nothing, this fills ``out``."""
+        if self.graph is not None:
+            self.graph.replay()
 
     def run(self) -> None:
         if self.graph is not None:

@@ -118,6 +118,10 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--interconnect", choices=["auto", "nvlink", "pcie"],
                    help="proxy: 'pcie' runs what a PCIe box has on any GPUs "
                    "(NCCL_P2P_DISABLE=1, SGLang's allreduce rules without NVLink)")
+    w.add_argument("--proxy-comm", choices=["auto", "native", "emulated"],
+                   help="proxy: native runs every collective through the installed SGLang's "
+                   "distributed layer (its dispatch, kernels, thresholds); emulated the proxy's "
+                   "own paths; auto (default): native where SGLang and its kernels import")
     r = p.add_argument_group("resources")
     r.add_argument("--gpus-per-trial", type=int, help="default: all GPUs of a node")
     r.add_argument("--num-gpus", type=int, help="GPUs to declare to a local Ray")

@@ -48,9 +48,25 @@ def _comm_span(name: str) -> contextlib.AbstractContextManager[object]:
 
 
 class Collectives:
-    """One rank, no process group: nothing to reduce, the gather is a copy."""
+    """One rank, no process group: nothing to reduce, the gather is a copy.
+
+    The hooks native mode fills (``native_group.NativeCollectives``) do nothing here:
+    ``capture`` (the context graphs are captured in), ``prepare`` (before capture), ``observe``
+    (which path served), ``record`` (what the ready line adds)."""
 
     path = "local"
+
+    def capture(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def prepare(self, *, hidden: int, rows: int) -> None:
+        return None
+
+    def observe(self, buf: torch.Tensor, out: torch.Tensor, src: torch.Tensor) -> None:
+        return None
+
+    def record(self) -> dict[str, Any]:
+        return {}
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         return t

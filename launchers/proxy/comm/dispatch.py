@@ -39,6 +39,7 @@ NCCL through pynccl (NCCL symmetric memory with ``--enable-symm-mem``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launchers.proxy.comm import v2_tables
@@ -124,13 +125,18 @@ class Route:
 
     @property
     def modelled(self) -> bool:
-        return self.error is None and self.path not in NOT_MODELLED
+        return self.modelled_in(NOT_MODELLED)
 
-    def describe(self) -> str:
+    def modelled_in(self, unmodelled: Mapping[str, str]) -> bool:
+        """Whether a mode whose paths it cannot run are ``unmodelled`` runs this one."""
+        return self.error is None and self.path not in unmodelled
+
+    def describe(self, unmodelled: Mapping[str, str] | None = None) -> str:
+        table = NOT_MODELLED if unmodelled is None else unmodelled
         if self.error is not None:
             return f"SGLang refuses this configuration: {self.error}"
-        if self.path in NOT_MODELLED:
-            return f"{self.path}: not modelled ({NOT_MODELLED[self.path]}); {self.why}"
+        if self.path in table:
+            return f"{self.path}: not modelled ({table[self.path]}); {self.why}"
         return f"{self.path}: {self.why}"
 
 

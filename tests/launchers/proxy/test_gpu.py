@@ -21,7 +21,8 @@ from tests.launchers.proxy.helpers import REQUIRED, run_trial
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-TINY = {"model": "tiny", "device": "cuda", "ranks": 1, "kv_len": 1024, "iters_per_round": 20}
+TINY = {"model": "tiny", "device": "cuda", "ranks": 1, "kv_len": 1024, "iters_per_round": 20,
+        "proxy_comm": "emulated"}  # native mode: test_gpu_native.py
 
 
 def one_gpu() -> tuple[str, ...]:
@@ -57,7 +58,8 @@ def test_graph_not_slower_than_eager(make_ctx: MakeCtx) -> None:
 
 
 def test_kimi_two_layers_one_gpu(make_ctx: MakeCtx) -> None:
-    args = ProxyArgs(model="kimi-k2.5", layers=2, device="cuda", ranks=1, iters_per_round=10)
+    args = ProxyArgs(model="kimi-k2.5", layers=2, device="cuda", ranks=1, iters_per_round=10,
+                     proxy_comm="emulated")
     _, info, rounds = run_trial(ProxyWorkload(args), {}, make_ctx(gpu_ids=one_gpu()),
                                 rounds=2, ready_timeout=600)
     assert info["layers_run"] == 2 and info["layer_kinds"] == "mm" and info["scaled"] is True
@@ -75,7 +77,8 @@ def test_kimi_two_layers_one_gpu(make_ctx: MakeCtx) -> None:
 
 def test_explicit_layers_that_do_not_fit_fail_as_oom(make_ctx: MakeCtx) -> None:
     """--layers is authoritative: all 80 layers of Llama-3.1-70B (130.7 GiB) on one GPU."""
-    args = ProxyArgs(model="llama-3.1-70b", layers=80, device="cuda", ranks=1)
+    args = ProxyArgs(model="llama-3.1-70b", layers=80, device="cuda", ranks=1,
+                     proxy_comm="emulated")
     with pytest.raises(TrialFailed) as err:
         run_trial(ProxyWorkload(args), {}, make_ctx(gpu_ids=one_gpu()))
     assert err.value.failure.kind is FailureKind.CUDA_OOM
@@ -84,7 +87,8 @@ def test_explicit_layers_that_do_not_fit_fail_as_oom(make_ctx: MakeCtx) -> None:
 
 def test_default_model_fits_its_layers(make_ctx: MakeCtx) -> None:
     """No --layers: the default Llama-3.1-70B runs the layers that fit, scaled, not an OOM."""
-    args = ProxyArgs(device="cuda", ranks=1, kv_len=1024, iters_per_round=5)
+    args = ProxyArgs(device="cuda", ranks=1, kv_len=1024, iters_per_round=5,
+                     proxy_comm="emulated")
     _, info, rounds = run_trial(ProxyWorkload(args), {}, make_ctx(gpu_ids=one_gpu()),
                                 rounds=1, ready_timeout=600)
     assert info["shape"] == "llama-3.1-70b" and info["scaled"] is True

@@ -79,7 +79,8 @@ def test_launcher_default_and_pcie_on_two_gpus(make_ctx: MakeCtx) -> None:
     """Through the launcher: SGLang's default for the DeepSeek-shaped tiny model at TP2 is the
     fused all-reduce (emulated); --interconnect pcie turns NCCL P2P off and still passes."""
     gpus = two_gpus()
-    base = {"model": "tiny", "device": "cuda", "kv_len": 1024, "iters_per_round": 10}
+    base = {"model": "tiny", "device": "cuda", "kv_len": 1024, "iters_per_round": 10,
+            "proxy_comm": "emulated"}
     w = ProxyWorkload(ProxyArgs(**base))
     _, info, rounds = run_trial(w, {}, make_ctx("default", gpus), rounds=1)
     assert info["sglang_allreduce_path"] == dispatch.FUSION == info["allreduce_path"]
