@@ -127,6 +127,11 @@ class Running(ABC):
         """What actually ran (NCCL's own log), where known."""
         return {}
 
+    def ran_notes(self) -> list[str]:
+        """Warnings learned from the running server (it runs other than planned), after the
+        warm-up; kept with the trial."""
+        return []
+
     def startup(self) -> dict[str, float | None]:
         """Where the time to ready went (seconds, None where unknown), e.g. launch -> weights
         loaded -> graphs captured -> ready; {} for a workload that does not tell."""
@@ -189,6 +194,11 @@ class Workload(ABC):
     @abstractmethod
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> Running:
         """Spawn the plan as one marked process tree, logging into ctx.trial_dir."""
+
+    def identity(self, config: Mapping[str, Value], experiment: str) -> str | None:
+        """What this configuration resolves to on the server, as a key two configurations
+        that run alike share (None: unknown here; the search then uses known rules)."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind}

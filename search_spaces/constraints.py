@@ -31,6 +31,34 @@ def _speculative(config: Config) -> str | None:
     return None
 
 
+STEPS, TOPK, DRAFTS = ("--speculative-num-steps", "--speculative-eagle-topk",
+                       "--speculative-num-draft-tokens")
+
+
+def _partial_shape(config: Config) -> str | None:
+    """SGLang (0.5.16 and 0.5.23, speculative_hook.py ``_handle_eagle_family``) chooses the
+    whole shape itself when the steps are not given, and asserts that topk and the draft
+    tokens are not given either: a partial shape never starts."""
+    if config.get(STEPS) is None:
+        given = [name for name in (TOPK, DRAFTS) if config.get(name) is not None]
+        if given:
+            return (f"{' and '.join(given)} without {STEPS}: SGLang asserts on a partial "
+                    "speculative shape (it chooses all three or none)")
+    return None
+
+
+def resolved_alike(config: Config) -> dict[str, Value]:
+    """The configuration as SGLang resolves it, where a rule makes two configurations run
+    alike: with topk 1, the draft tokens become steps + 1 whatever was asked (SGLang 0.5.16
+    and 0.5.23, speculative_hook.py: "speculative_num_draft_tokens is adjusted to
+    speculative_num_steps + 1 when speculative_eagle_topk == 1")."""
+    out = dict(config)
+    steps = out.get(STEPS)
+    if out.get(TOPK) == 1 and isinstance(steps, int) and out.get(DRAFTS) is not None:
+        out[DRAFTS] = steps + 1
+    return out
+
+
 def _nvls(config: Config) -> str | None:
     algo = selector_for(config.get("NCCL_ALGO"), "allreduce") or []
     wants_nvls = any(t in ("nvls", "nvlstree") for t in algo)
@@ -96,7 +124,7 @@ def _decode_batches(config: Config) -> str | None:
 
 
 CONSTRAINTS: tuple[Callable[[Config], str | None], ...] = (
-    _channels, _speculative, _nvls, _symmetric_memory, _nvls_protocol, _pcie_ipc,
+    _channels, _speculative, _partial_shape, _nvls, _symmetric_memory, _nvls_protocol, _pcie_ipc,
     _custom_allreduce_v2, _decode_batches,
 )
 

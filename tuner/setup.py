@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -59,6 +59,11 @@ class Setup:
         args = self.spec.workload
         ctx = self.context("best", folder, args.port or args.production_port)
         return self.workload.production_plan(dict(config), ctx)
+
+    def identity(self, config: Mapping[str, Value]) -> str | None:
+        """When two configurations are one point: what the workload resolves them to (SGLang's
+        own resolution, on the driver); None: unknown (the search uses SGLang's known rules)."""
+        return self.workload.identity(config, self.spec.marker_id)
 
     def notes(self) -> tuple[str, ...]:
         """What the workload says about itself on this machine (the proxy on CPU: NCCL knobs

@@ -14,11 +14,18 @@ from launchers import nccl_log
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_argv, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.sglang import datasets, levers, weights
+from launchers.sglang import datasets, levers, resolved, weights
 from launchers.sglang import preflight as sglang_parser
 from launchers.sglang.bench import ROUND_KEYS
 from launchers.sglang.profile import STEP_SPANS
 from launchers.sglang.running import SGLangRunning
+from launchers.sglang.server_args import (
+    conflicting_server_args,
+    env_rejection,
+    flag_name,
+    missing_path,
+    server_arg,
+)
 from launchers.sglang.startup import STARTUP_KEYS
 from launchers.trace.events import StepSpans
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value, primitive_names
@@ -82,7 +89,7 @@ class SGLangArgs(WorkloadArgs):
         knobs' primitives included); the knobs the space declares exist in the installed
         SGLang (its env registry and parser)."""
         problems = [f"model path {m!r} does not exist" for m in (self.model, self.draft_model)
-                    if m is not None and _missing_path(m)]
+                    if m is not None and missing_path(m)]
         names = primitive_names([*space.domains, *space.pins])
         problems += [f"--server-arg {c}" for c in SGLangWorkload(self).conflicts(names)]
         if self.preflight and not problems:
@@ -91,7 +98,27 @@ class SGLangArgs(WorkloadArgs):
                 levers.check_space(space, python=python, experiment=experiment)
             except UnknownName as err:
                 problems.append(str(err))
+        if self.preflight and not problems:
+            problems += self._baseline_rejected(space, experiment)
         return problems
+
+    def _baseline_rejected(self, space: SearchSpace, experiment: str) -> list[str]:
+        """The command with no overrides through SGLang's own checks (its ServerArgs): if
+        SGLang asserts on it (the user's server args, the pins), no trial could start."""
+        workload = SGLangWorkload(self)
+        ctx = TrialContext(experiment, "baseline", Path("baseline"), port=self.port or 30000)
+        flags = list(workload.plan(space.baseline(), ctx).argv[len(self.server_cmd):])
+        python = self.preflight_python or sglang_parser.python_for(self.server_cmd)
+        verdict = sglang_parser.check_argv(flags, python=python, experiment=experiment)
+        if verdict.ok is False:
+            return [f"SGLang's parser rejects the command with no overrides: {verdict.error}"]
+        resolution = sglang_parser.shared().resolve_many([flags], python, None, experiment)[0]
+        if resolution.ok is False:
+            version = f"SGLang {resolution.sglang_version}" if resolution.sglang_version \
+                else "SGLang"
+            return [f"{version}'s own checks reject the command with no overrides (the server "
+                    f"args and pins): {resolution.error}"]
+        return []
 
     def gpu_shortfall(self, node_gpus: int | None) -> str | None:
         if self.tp is not None and node_gpus is not None and self.tp > node_gpus:
@@ -114,7 +141,7 @@ class SGLangArgs(WorkloadArgs):
     def decide_level(self) -> int:
         return self.objective_concurrency or self.concurrency[0]
     def server_flags(self) -> frozenset[str]:
-        return frozenset(n for w in self.server_args if (n := _flag_name(w)) is not None)
+        return frozenset(n for w in self.server_args if (n := flag_name(w)) is not None)
 
     def without_speculative(self) -> SGLangArgs | None:
         """These args with speculative decoding off (no draft model, no ``--speculative-*``
@@ -125,7 +152,7 @@ class SGLangArgs(WorkloadArgs):
         kept: list[str] = []
         words = iter(self.server_args)
         for word in words:
-            name = _flag_name(word)
+            name = flag_name(word)
             if name is None or not name.startswith("--speculative-"):
                 kept.append(word)
                 continue
@@ -139,62 +166,7 @@ class SGLangArgs(WorkloadArgs):
 
 # ---------------------------------------------------------------- the workload
 
-# Flags servetune renders itself (with SGLang's aliases); user server_args must not repeat them.
 PREFLIGHT_CACHE = "preflight-cache.json"
-OWN_FLAGS = ("--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--host", "--port")
-
-
-def _missing_path(model: str) -> bool:
-    """A path that does not exist; a bare 'org/name' is a hub id and is left to the server."""
-    looks_like_path = model.startswith(("/", ".", "~")) or model.count("/") != 1
-    return looks_like_path and not Path(model).expanduser().exists()
-
-
-def _flag_name(word: str) -> str | None:
-    return word.split("=", 1)[0] if word.startswith("--") else None
-
-
-def _server_arg(server_args: list[str], flag: str) -> str | None:
-    """The value a user server_args word gives ``flag`` (``--flag v`` or ``--flag=v``)."""
-    for i, word in enumerate(server_args):
-        if word == flag and i + 1 < len(server_args):
-            return server_args[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
-
-
-def conflicting_server_args(server_args: list[str], knob_names: Iterable[str],
-                            also: Iterable[str] = ()) -> list[str]:
-    """User ``server_args`` that repeat a searched/pinned knob flag or a flag servetune sets
-    itself (``--flag value`` and ``--flag=value`` alike). ``also``: further flags the
-    workload renders (e.g. ``--speculative-algorithm`` when the args set it)."""
-    knob_flags = {n for n in knob_names if n.startswith("--")}
-    own = set(OWN_FLAGS) | set(also)
-    out: list[str] = []
-    for word in server_args:
-        name = _flag_name(word)
-        if name is None:
-            continue
-        if name in knob_flags:
-            out.append(f"server_args sets {name}, a knob of the search space: "
-                       "tune or pin it there instead")
-        elif name in own:
-            out.append(f"server_args sets {name}, which servetune sets itself")
-    return out
-
-
-def env_rejection(name: str, text: str, reading: sglang_parser.EnvResult) -> str | None:
-    """Why SGLang would not read ``name=text`` as given (None: it would). SGLang itself never
-    says: an unknown name is ignored, a malformed value replaced by the default."""
-    version = f"SGLang {reading.sglang_version}" if reading.sglang_version else "SGLang"
-    if reading.known is False:
-        hint = f"; closest: {reading.closest}" if reading.closest else ""
-        return f"{name}: {version} has no such environment variable (it would ignore it{hint})"
-    if reading.ok is False:
-        return (f"{name}={text!r}: {version} reads it as {reading.env_type} and rejects it "
-                f"({reading.error}); it would run with its default instead")
-    return None
 
 
 class SGLangWorkload(Workload):
@@ -221,7 +193,7 @@ class SGLangWorkload(Workload):
     def speculative(self) -> bool:
         a = self.args
         return bool(a.speculative_algorithm or a.draft_model or any(
-            _flag_name(w) == "--speculative-algorithm" for w in a.server_args))
+            flag_name(w) == "--speculative-algorithm" for w in a.server_args))
 
     def rendered_flags(self) -> list[str]:
         """Flags this workload renders besides the knobs and OWN_FLAGS."""
@@ -295,20 +267,20 @@ class SGLangWorkload(Workload):
         a = self.args
         if not a.capture_concurrency:
             return None
-        given = {_flag_name(w) for w in a.server_args}
+        given = {flag_name(w) for w in a.server_args}
         if given & {"--cuda-graph-bs-decode", "--cuda-graph-config", "--disable-cuda-graph",
                     "--disable-decode-cuda-graph"}:
             return None
         if any(config.get(name) not in (None, False) for name in
                ("--cuda-graph-bs-decode", "--disable-cuda-graph", "--disable-decode-cuda-graph")):
             return None
-        backend = config.get("--cuda-graph-backend-decode") or _server_arg(
+        backend = config.get("--cuda-graph-backend-decode") or server_arg(
             a.server_args, "--cuda-graph-backend-decode")
         if backend == "disabled":
             return None
         largest = config.get("--cuda-graph-max-bs-decode")
         if largest is None:
-            text = _server_arg(a.server_args, "--cuda-graph-max-bs-decode")
+            text = server_arg(a.server_args, "--cuda-graph-max-bs-decode")
             largest = int(text) if text is not None and text.isdigit() else None
         if not isinstance(largest, int) or isinstance(largest, bool):
             return self.levels
@@ -333,6 +305,11 @@ class SGLangWorkload(Workload):
         if result.ok is False:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang rejected the command: " + result.error))
+        resolution = sglang_parser.shared().resolve_many([flags], python, cache, ctx.experiment)[0]
+        resolved.record(ctx.trial_dir, resolution, plan.env)
+        if resolution.ok is False:  # SGLang's own checks (ServerArgs): it would not start
+            raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
+                                      "SGLang's checks rejected the command: " + resolution.error))
         sglang_env = sorted((k, v) for k, v in plan.env.items() if k.startswith("SGLANG_"))
         readings = sglang_parser.check_env(sglang_env, python=python, cache_path=cache,
                                            experiment=ctx.experiment)
@@ -340,7 +317,24 @@ class SGLangWorkload(Workload):
             reason = env_rejection(name, text, reading)
             if reason:
                 raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, reason))
-        return [f"SGLang: {w}" for w in result.warnings]
+        notes = [f"SGLang: {w}" for w in result.warnings]
+        if resolution.skipped:
+            notes.append("SGLang's checks that need what this machine lacks did not run: "
+                         + "; ".join(resolution.skipped))
+        return notes
+
+    def identity(self, config: Mapping[str, Value], experiment: str) -> str | None:
+        """SGLang's own resolution of the configuration's command (the resident reader, on
+        this machine), as a key: configurations it resolves alike are one point."""
+        a = self.args
+        if not a.preflight:
+            return None
+        ctx = TrialContext(experiment, "identity", Path("identity"), port=a.port or 30000)
+        plan = self.plan(config, ctx)
+        python = a.preflight_python or sglang_parser.python_for(a.server_cmd)
+        resolution = sglang_parser.shared().resolve_many(
+            [list(plan.argv[len(a.server_cmd):])], python, None, experiment)[0]
+        return resolved.key(resolution, knob_env(config)[0])
 
     def dataset(self, seed: int = 0) -> datasets.Dataset:
         """The prompts this workload sends. Raises datasets.DatasetError."""

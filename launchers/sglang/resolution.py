@@ -30,8 +30,11 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-# Raised by a check that rejects the arguments (SGLang asserts and raises ValueError).
+# Raised by a check that rejects the arguments (SGLang asserts and raises ValueError) ...
 REJECTIONS = (AssertionError, ValueError)
+# ... in its argument code (0.5.16: server_args.py; 0.5.23: arg_groups/ too). Raised elsewhere
+# (transformers reading a model's config, say), it is no verdict on the arguments.
+ARGUMENT_CODE = ("/sglang/srt/server_args.py", "/sglang/srt/arg_groups/")
 # Module-level imports of SGLang that resolution never uses, and may fail on a CPU box.
 PLACEHOLDER_ROOTS = ("torchvision",)
 # Fields that differ between two launches of one configuration (ports, addresses, paths
@@ -116,6 +119,11 @@ def accelerator_present() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+def _raised_in_argument_code(err: BaseException) -> bool:
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and any(part in frames[-1].filename for part in ARGUMENT_CODE)
 
 
 def _rejection_text(err: BaseException) -> str:
@@ -252,7 +260,11 @@ def resolve(parser: argparse.ArgumentParser, argvs: Sequence[Sequence[str]],
                     server_args.resolve_once()
             out.update(ok=True, resolved=resolved_fields(server_args))
         except REJECTIONS as err:
-            out.update(ok=False, error=_rejection_text(err), stage="resolve")
+            if _raised_in_argument_code(err):
+                out.update(ok=False, error=_rejection_text(err), stage="resolve")
+            else:
+                out.update(ok=None, error=f"{type(err).__name__}: {str(err)[:300]}",
+                           stage="resolve")
         except Exception as err:
             out.update(ok=None, error=f"{type(err).__name__}: {str(err)[:300]}",
                        stage="resolve")

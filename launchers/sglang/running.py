@@ -17,7 +17,7 @@ from launchers import nccl_log
 from launchers.base import LaunchPlan, Metrics, Running, TrialContext
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess
-from launchers.sglang import datasets, metrics
+from launchers.sglang import datasets, metrics, resolved
 from launchers.sglang import startup as sglang_startup
 from launchers.sglang.bench import Bench, BenchError, BenchSettings
 
@@ -87,6 +87,12 @@ class SGLangRunning(Running):
             self.bench.warmup(self.args.warmup_requests)
         except BenchError as err:
             raise TrialFailed(self._bench_failure(err, "warm-up")) from err
+        info = metrics.server_info(self.base_url)  # what the server resolved, as it says
+        if info:
+            self._ran_notes = resolved.record_server(self.ctx.trial_dir, info)
+
+    def ran_notes(self) -> list[str]:
+        return list(getattr(self, "_ran_notes", []))
 
     def _bench_failure(self, err: BenchError, where: str) -> Failure:
         """Dead server: crashed_mid_benchmark; alive but silent past the timeout: hang."""

@@ -61,7 +61,15 @@ class SpecParams:
         if not self.on:
             return 0, 1, 1
         steps, topk, drafts = DEFAULT_SPEC
+        if self.num_steps is not None and self.topk == 1:  # SGLang: draft = steps + 1
+            return self.num_steps, 1, self.num_steps + 1
         return (self.num_steps or steps, self.topk or topk, self.draft_tokens or drafts)
+
+    @property
+    def partial(self) -> bool:
+        """A shape SGLang asserts on: topk or draft tokens without the steps."""
+        return self.on and self.num_steps is None and (
+            self.topk is not None or self.draft_tokens is not None)
 
 
 @dataclass(frozen=True)

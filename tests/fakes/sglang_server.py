@@ -211,6 +211,11 @@ class FakeServer:
 
     def server_info(self) -> dict[str, Any]:
         args = {k: v for k, v in vars(self.args).items() if not k.startswith("fake_")}
+        if self.spec.on:  # what SGLang resolved, as its /server_info says
+            steps, topk, drafts = self.spec.resolved()
+            args.update(speculative_num_steps=steps, speculative_eagle_topk=topk,
+                        speculative_num_draft_tokens=drafts)
+        args["cuda_graph_bs_decode"] = self.startup.sizes
         state: dict[str, Any] = {
             "last_gen_throughput": 0.0,
             "memory_usage": {"weight": 15.0, "kvcache": 40.0, "token_capacity": 500000,
@@ -272,6 +277,12 @@ class FakeServer:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         else:
             signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.spec.partial:  # SGLang's own check, in the launching process
+            return partial_shape_crash()
+        if self.spec.on and self.spec.topk == 1 and self.spec.num_steps is not None and \
+                self.spec.draft_tokens not in (None, self.spec.num_steps + 1):
+            log("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                "speculative_eagle_topk == 1")
         shown = {k: v for k, v in vars(a).items() if not k.startswith("fake_")}
         log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
         self.apply_sglang_env()
@@ -334,6 +345,21 @@ def chosen_fault(args: argparse.Namespace, env: Mapping[str, str]) -> str | None
         if holds:
             return fault
     return str(args.fake_fault) if args.fake_fault else None
+
+
+def partial_shape_crash() -> int:
+    """SGLang 0.5.16 on a partial speculative shape (tests/launchers/logs/...-topk.log): its
+    argument check fails in the launching process, a plain traceback, exit code 1."""
+    sys.stdout.write(
+        "Traceback (most recent call last):\n"
+        '  File "/root/site/sglang/srt/server_args.py", line 8224, in prepare_server_args\n'
+        "    return ServerArgs.from_cli_args(raw_args)\n"
+        '  File "/root/site/sglang/srt/arg_groups/speculative_hook.py", line 560, in '
+        "_handle_eagle_family\n"
+        "    server_args.speculative_eagle_topk is None\n"
+        "AssertionError\n")
+    sys.stdout.flush()
+    return 1
 
 
 def replay(path: Path) -> int:

@@ -71,6 +71,7 @@ class Launch:
         t_warm = time.monotonic()
         self.running.warmup()
         self.timings["warmup_s"] = time.monotonic() - t_warm
+        self.warnings += self.running.ran_notes()
         return self.running
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

@@ -16,6 +16,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 from search_spaces.space import SearchSpace
 from tuner.output.files import REJECTED, STAGES_JSON, append_jsonl
 from tuner.search.filtering import FilteringSearcher
+from tuner.search.keys import Identity
 from tuner.search.fixed import FixedPoints
 from tuner.search.memory import FailureMemory
 from tuner.search.space_searcher import SpaceSearcher
@@ -99,13 +100,14 @@ class SearchStack:
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
                  samples: int, seed: int, failure_aware: bool, max_concurrent: int,
                  out_dir: Path | None, points: list[dict[str, Any]] | None = None,
-                 study: Study | None = None, weights: WeightPlan | None = None
-                 ) -> SearchStack:
+                 study: Study | None = None, weights: WeightPlan | None = None,
+                 identity: Identity | None = None) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
     stack writes what it rejects and each stage's winner (None: nowhere, for a preview);
     ``study``: where Optuna keeps its study (None: in memory); ``weights``: which weights
     each stage's trials load (a staged search adds them per stage; any other search has one
-    stage, so its space pins them)."""
+    stage, so its space pins them); ``identity``: when two configurations are one point
+    (default: SGLang's known rules, keys.alike_key)."""
     notes: list[str] = []
     weights = weights or WeightPlan()
     stage_pins = weights.stage_pins()
@@ -121,7 +123,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         fixed = FixedPoints(queue, ["baseline", *(f"point {i}" for i in range(1, len(queue)))],
                             objective.search_metric, objective.mode)
         filtering = FilteringSearcher(fixed, space, pass_invalid=True,
-                                      on_reject=rejects)
+                                      on_reject=rejects, identity=identity)
         notes.append(f"evaluating {len(queue)} given configurations (baseline first)")
         return SearchStack(ConcurrencyLimiter(filtering, max_concurrent=max_concurrent),
                            filtering, None, len(queue), notes)
@@ -143,7 +145,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         samples = min(samples, space.size)
     memory = FailureMemory(space.baseline()) if failure_aware else None
     filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
-                                  on_reject=rejects)
+                                  on_reject=rejects, identity=identity)
     limited = ConcurrencyLimiter(filtering, max_concurrent=max_concurrent)
     return SearchStack(limited, filtering, staged, samples, notes)
 

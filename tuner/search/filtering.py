@@ -17,7 +17,7 @@ from ray.tune.search import Searcher
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.base import OwnSpaceSearcher
-from tuner.search.keys import Config, config_key
+from tuner.search.keys import Config, Identity, alike_key
 from tuner.search.memory import FailureMemory
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,8 @@ class FilteringSearcher(OwnSpaceSearcher):
     def __init__(self, searcher: Searcher, space: SearchSpace, *,
                  memory: FailureMemory | None = None, pass_invalid: bool = False,
                  max_attempts: int = 50,
-                 on_reject: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_reject: Callable[[dict[str, Any]], None] | None = None,
+                 identity: Identity | None = None) -> None:
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
         self.space = space
@@ -37,6 +38,7 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.pass_invalid = pass_invalid
         self.max_attempts = max_attempts
         self.on_reject = on_reject
+        self.identity = identity  # configs that run alike are one point (_key)
         self.inner_id: dict[str, str] = {}
         self.scores: dict[str, float] = {}  # config key -> measured metric
         self.config_of: dict[str, Config] = {}
@@ -46,12 +48,12 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.fallback_trials: set[str] = set()
         self.rng = random.Random(0)
 
-    _transient = ("on_reject",)
+    _transient = ("on_reject", "identity")
 
     # Ray saves wrappers (objects with a ``searcher``) by get_state/set_state and the
     # innermost searcher by save/restore.
     def get_state(self) -> dict[str, Any]:
-        skip = ("searcher", "on_reject", "space")
+        skip = ("searcher", "on_reject", "space", "identity")
         return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in skip})
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -59,6 +61,11 @@ class FilteringSearcher(OwnSpaceSearcher):
         if memory is not None and self.memory is not None:
             self.memory.__dict__.update(memory.__dict__)
         self.__dict__.update(state)
+
+    def _key(self, config: Mapping[str, Value]) -> str:
+        """The point a configuration is: what the workload resolves it to, else SGLang's
+        known rules (keys.alike_key)."""
+        return (self.identity(config) if self.identity else None) or alike_key(config)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
                               **spec: Any) -> bool:
@@ -76,7 +83,7 @@ class FilteringSearcher(OwnSpaceSearcher):
             if suggestion is None or suggestion == Searcher.FINISHED:
                 return suggestion
             config = self.space.complete(suggestion)
-            key = config_key(config)
+            key = self._key(config)
             reasons = [] if self.pass_invalid else self.space.validate(config)
             ruled = self.memory.ruled_out(config) if self.memory else []
             if not reasons and not ruled and key in self.launched:
@@ -97,7 +104,7 @@ class FilteringSearcher(OwnSpaceSearcher):
         # trials): a random valid point keeps the search going, and is told to it afterwards.
         for _ in range(2000):
             config = self.space.sample(self.rng)
-            if config_key(config) in self.launched or self.space.validate(config) or (
+            if self._key(config) in self.launched or self.space.validate(config) or (
                     self.memory and self.memory.ruled_out(config)):
                 continue
             log.info("%s: random fallback after %d rejected suggestions", trial_id,
@@ -110,7 +117,7 @@ class FilteringSearcher(OwnSpaceSearcher):
 
     def _launch(self, trial_id: str, config: Config) -> Config:
         self.config_of[trial_id] = config
-        self.launched.add(config_key(config))
+        self.launched.add(self._key(config))
         return config
 
     def _reject(self, config: Config, reasons: list[str], ruled: list[str]) -> None:
@@ -129,9 +136,9 @@ class FilteringSearcher(OwnSpaceSearcher):
         value = None
         if config is not None and not error and result and self.metric in result:
             value = float(result[self.metric])
-            self.scores[config_key(config)] = value
+            self.scores[self._key(config)] = value
         elif config is not None:
-            self.failed.add(config_key(config))
+            self.failed.add(self._key(config))
         inner = self.inner_id.pop(trial_id, None)
         if inner is not None:
             self.searcher.on_trial_complete(inner, result=result, error=error)

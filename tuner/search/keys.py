@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from search_spaces.constraints import resolved_alike
 from search_spaces.knobs import Value
 
 Config = dict[str, Value]
+# A configuration's identity for the search: two configurations the server would run alike
+# share it (the workload's own resolution); None where it cannot tell (then alike_key).
+Identity = Callable[[Mapping[str, Value]], "str | None"]
 
 
 def config_key(config: Mapping[str, Value]) -> str:
     return json.dumps(sorted(config.items(), key=lambda kv: kv[0]), default=str)
+
+
+def alike_key(config: Mapping[str, Value]) -> str:
+    """The key of the configuration as SGLang's known rules resolve it."""
+    return config_key(resolved_alike(config))

@@ -291,3 +291,22 @@ def test_a_misspelt_sglang_lever_is_one_line_naming_the_real_one(tmp_path: Path)
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCEE" in done.stderr
     assert "did you mean SGLANG_ENABLE_PCIE_IPC_ALLREDUCE?" in done.stderr
     assert not done.ray_started and not done.out.exists()
+
+
+# ---------------------------------------------------------------- SGLang's own checks (issue 23)
+MODELS = ROOT / "tests" / "launchers" / "models"
+
+
+def test_a_partial_speculative_shape_is_bad_input_with_sglangs_own_message(
+        tmp_path: Path) -> None:
+    """EAGLE3 with topk and no steps (the field's crash at launch): SGLang's ServerArgs
+    asserts; servetune says so before anything starts."""
+    done = servetune(tmp_path, "run", "--model", str(MODELS / "tiny-llama"),
+                     "--draft-model", str(MODELS / "tiny-llama-eagle3"),
+                     "--speculative-algorithm", "EAGLE3",
+                     "--server-arg", "--speculative-eagle-topk 1", "--server-cmd", SERVER,
+                     "--space", "nccl-nvlink", "--num-gpus", "8", "--no-dashboard",
+                     "--out", str(tmp_path / "out"))
+    assert_bad_input(done, "own checks reject the command", "AssertionError",
+                     "_handle_eagle_family")
+    assert not done.ray_started

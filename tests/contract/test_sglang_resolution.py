@@ -1,0 +1,110 @@
+"""SGLang's own resolution and checks (its ServerArgs) in the preflight reader, against the
+installed SGLang (0.5.23 on CI, on a CPU: resolved as for a CUDA device, nothing skipped).
+
+The models are the configs of the tiny ones the GPU sessions serve (shared/data/tiny-llama*,
+their config.json copied to tests/launchers/models/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launchers.base import TrialContext
+from launchers.failures import FailureKind, TrialFailed
+from launchers.sglang import resolved
+from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
+from launchers.sglang.preflight import ParserCheck
+from search_spaces.space import load_preset, preset_names
+from tests.sglang_parser import CONTRACT
+
+pytestmark = CONTRACT
+
+MODELS = Path(__file__).resolve().parents[1] / "launchers" / "models"
+TARGET, DRAFT = str(MODELS / "tiny-llama"), str(MODELS / "tiny-llama-eagle3")
+BASE = ["--model-path", TARGET, "--load-format", "dummy", "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", DRAFT, "--tp-size", "1"]
+
+
+def shape(steps: int | None, topk: int | None, drafts: int | None) -> list[str]:
+    words = []
+    for flag, value in (("--speculative-num-steps", steps), ("--speculative-eagle-topk", topk),
+                        ("--speculative-num-draft-tokens", drafts)):
+        words += [flag, str(value)] if value is not None else []
+    return [*BASE, *words]
+
+
+@pytest.fixture(scope="module")
+def checker() -> ParserCheck:
+    check = ParserCheck()
+    yield check
+    check.close()
+
+
+def test_a_partial_shape_is_rejected_with_sglangs_own_assertion(checker: ParserCheck) -> None:
+    (result,) = checker.resolve_many([shape(None, 1, None)])
+    assert result.ok is False
+    assert result.error.startswith("AssertionError in ")
+    assert "_handle_eagle_family" in result.error and "speculative_eagle_topk is None" in result.error
+    assert result.sglang_version
+
+
+def test_topk_one_resolves_draft_tokens_to_steps_plus_one(checker: ParserCheck) -> None:
+    four, eight, other = checker.resolve_many([shape(3, 1, 4), shape(3, 1, 8), shape(2, 1, 3)])
+    assert all(r.ok for r in (four, eight, other)), (four.error, eight.error, other.error)
+    assert eight.resolved is not None and eight.resolved["speculative_num_draft_tokens"] == 4
+    assert resolved.key(four, {}) == resolved.key(eight, {})
+    assert resolved.key(four, {}) != resolved.key(other, {})
+    assert resolved.key(four, {"NCCL_ALGO": "Ring"}) != resolved.key(four, {})
+    assert eight.device and "assumed" in eight.device and not eight.skipped
+
+
+def test_no_steps_lets_sglang_choose_the_whole_shape(checker: ParserCheck) -> None:
+    (auto,) = checker.resolve_many([BASE])
+    assert auto.ok and auto.resolved is not None
+    assert all(isinstance(auto.resolved[f"speculative_{n}"], int)
+               for n in ("num_steps", "eagle_topk", "num_draft_tokens"))
+
+
+def _workload(server_args: list[str]) -> SGLangWorkload:
+    return SGLangArgs(model=TARGET, draft_model=DRAFT, speculative_algorithm="EAGLE3",
+                      server_args=["--load-format", "dummy", *server_args]).build()
+
+
+def test_a_partial_shape_is_an_invalid_config_trial_before_any_launch(tmp_path: Path) -> None:
+    workload = _workload([])
+    ctx = TrialContext("resolution-test", "t1", tmp_path / "t1", port=30123)
+    plan = workload.plan({"--speculative-eagle-topk": 1}, ctx)
+    with pytest.raises(TrialFailed) as info:
+        workload.preflight(plan, ctx)
+    failure = info.value.failure
+    assert failure.kind is FailureKind.INVALID_CONFIG
+    assert "SGLang's checks rejected the command: AssertionError" in failure.message
+    assert not (tmp_path / "t1" / "server.log").exists()  # nothing launched
+    assert (tmp_path / "t1" / resolved.RESOLVED_FILE).is_file()
+
+
+def test_configurations_that_resolve_alike_share_an_identity() -> None:
+    workload = _workload([])
+    same = [workload.identity({"--speculative-num-steps": 3, "--speculative-eagle-topk": 1,
+                               "--speculative-num-draft-tokens": d}, "resolution-test")
+            for d in (4, 8)]
+    assert same[0] is not None and same[0] == same[1]
+    other = workload.identity({"--speculative-num-steps": 2, "--speculative-eagle-topk": 1,
+                               "--speculative-num-draft-tokens": 3}, "resolution-test")
+    assert other != same[0]
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_no_preset_renders_a_shape_sglang_asserts_on(name: str, checker: ParserCheck) -> None:
+    """Every valid point of every preset (and every stage's) resolves in SGLang's own checks."""
+    space = load_preset(name)
+    points = [space.baseline(), *(p for p in space.grid() if not space.validate(p))] \
+        if space.size <= 400 else [space.baseline()]
+    workload = _workload([])
+    ctx = TrialContext("resolution-test", "p", Path("p"), port=30000)
+    argvs = [list(workload.plan(p, ctx).argv[2:]) for p in points
+             if any(k.startswith("--speculative") for k, v in p.items() if v is not None)]
+    rejected = [(argv, r.error) for argv, r in zip(argvs, checker.resolve_many(argvs), strict=True)
+                if r.ok is False]
+    assert not rejected, rejected[:3]
