@@ -92,7 +92,7 @@ class ExperimentSpec(BaseModel):
     confirm_top: int = Field(3, ge=1)
     weights: Literal["auto", "real", "dummy"] = Field("auto", description=(
         "which weights the search's servers load: per stage (auto), the checkpoint's, or "
-        "random ones; the confirm stage always loads the checkpoint's"))
+        "random ones everywhere (dummy: the confirm stage and the reference too)"))
     screen: Literal["proxy"] | None = Field(None, description="screen the NCCL part of the "
                                             "space on the proxy first (sglang workload)")
     screen_top: int = Field(3, ge=1)

@@ -6,7 +6,8 @@ weights leave unchanged (verify ms, cycle ms; the workload says which metrics ar
 that tunes the speculative shape, and any objective that depends on acceptance (tok/s with
 speculative decoding on), loads the checkpoint; so does the confirm stage, which decides.
 ``--weights auto`` (the default) chooses so per stage; ``real`` and ``dummy`` override it for
-every search stage. The policy steps aside when the user's server arguments or the space set
+every stage (``dummy``: the confirm stage and the reference too, for a machine without the
+checkpoint). The policy steps aside when the user's server arguments or the space set
 the load format themselves, and does not apply to a workload that loads no weights (the proxy).
 
 The limit, stated with every plan that uses random weights: an MoE router fed random weights
@@ -28,8 +29,9 @@ BASELINE = "baseline"
 SEARCH = "search"  # a search that is not staged: one stage
 ALL = "all"  # a staged search over a space without stages (the staged searcher's name)
 CONFIRM = "confirm"
-LIMIT = ("with random weights an MoE router spreads tokens over the experts differently, so "
-         "MoE compute can differ; the confirm stage, on the checkpoint's weights, decides")
+MOE_LIMIT = ("with random weights an MoE router spreads tokens over the experts differently, "
+             "so MoE compute can differ")
+LIMIT = f"{MOE_LIMIT}; the confirm stage, on the checkpoint's weights, decides"
 LOAD_FLAGS = tuple(expand_config({WEIGHTS: DUMMY}))  # --load-format, its draft twin
 
 
@@ -49,6 +51,7 @@ class WeightPlan:
     stages: tuple[StageWeights, ...] = ()
     note: str | None = None
     warnings: tuple[str, ...] = field(default=())
+    confirm: bool = True  # the experiment has a confirm stage (--confirm > 0)
 
     @property
     def applies(self) -> bool:
@@ -58,8 +61,13 @@ class WeightPlan:
         return any(s.dummy for s in self.stages if s.stage == stage)
 
     def pins(self, stage: str) -> dict[str, Value]:
-        """What a trial of ``stage`` adds to its config: ``weights`` (None: the checkpoint's)."""
-        return {WEIGHTS: DUMMY if self.dummy(stage) else None} if self.applies else {}
+        """What a trial of ``stage`` adds to its config: ``weights`` (None: the checkpoint's).
+        The confirm stage and the reference without speculative decoding load the
+        checkpoint's, except with ``--weights dummy``: random weights everywhere."""
+        if not self.applies:
+            return {}
+        dummy = self.choice == DUMMY if stage == CONFIRM else self.dummy(stage)
+        return {WEIGHTS: DUMMY if dummy else None}
 
     def stage_pins(self) -> dict[str, dict[str, Value]]:
         return {s.stage: self.pins(s.stage) for s in self.stages}
@@ -79,20 +87,29 @@ class WeightPlan:
                 kind = "random (--load-format dummy, no checkpoint read)" if dummy \
                     else "the checkpoint's"
                 out.append(f"  {', '.join(names)}: {kind}: {why}")
-        out.append(f"  {CONFIRM}: the checkpoint's: it decides")
+        if self.confirm and self.choice == DUMMY:
+            out.append(f"  {CONFIRM}: random (--weights dummy): the decision is judged on "
+                       "random weights too")
+        elif self.confirm:
+            out.append(f"  {CONFIRM}: the checkpoint's: it decides")
         out += [f"  warning: {w}" for w in self.warnings]
         if any(s.dummy for s in self.stages):
-            out.append(f"  limit: {LIMIT}")
+            decides = self.confirm and self.choice != DUMMY
+            out.append(f"  limit: {LIMIT if decides else MOE_LIMIT}")
         return out
 
     def summary(self) -> str:
         """One line: which stages load which weights."""
         if not self.applies:
             return self.note or "as the server loads them"
-        dummy = [s.stage for s in self.stages if s.dummy]
-        real = [s.stage for s in self.stages if not s.dummy] + [CONFIRM]
+        confirm = [CONFIRM] if self.confirm else []
+        dummy = [s.stage for s in self.stages if s.dummy] + \
+            (confirm if self.choice == DUMMY else [])
+        real = [s.stage for s in self.stages if not s.dummy] + \
+            ([] if self.choice == DUMMY else confirm)
         parts = [f"random (--load-format dummy) for {', '.join(dummy)}"] if dummy else []
-        parts.append(f"the checkpoint's for {', '.join(real)}")
+        if real:
+            parts.append(f"the checkpoint's for {', '.join(real)}")
         return "; ".join(parts) + f" (--weights {self.choice})"
 
 
@@ -153,4 +170,5 @@ def plan(spec: ExperimentSpec, space: SearchSpace, workload: Workload, objective
         stages.append(StageWeights(name, choice != REAL, f"--weights {choice}"))
         if choice != REAL and not auto.dummy and name != BASELINE:
             warnings.append(f"stage {name} ranks on random weights although {auto.why}")
-    return WeightPlan(choice, tuple(stages), warnings=tuple(warnings))
+    return WeightPlan(choice, tuple(stages), warnings=tuple(warnings),
+                      confirm=spec.confirm > 0)

@@ -18,7 +18,12 @@ Round metrics carry the names of SGLang's bench_serving (benchmark/serving.py
   than one token; end-to-end latency: request sent -> ``data: [DONE]``.
 - ``mean_`` / ``median_`` / ``p99_`` of each (numpy's linear percentiles), in ms.
 - ``accept_length``: sum(completion_tokens) / sum(spec_verify_ct) over the round's requests
-  whose final chunk reports ``spec_verify_ct``; None when none does.
+  whose final chunk reports ``spec_verify_ct``; None when none does. bench_serving's figure:
+  it counts each request's first token, which the prefill made, not a verify pass (64 tokens
+  in 63 passes that accepted no draft: 1.016).
+- ``verify_accept_length``: the same without that first token, sum(completion_tokens - 1) /
+  sum(spec_verify_ct): tokens per verify pass, SGLang's own definition of its
+  ``avg_spec_accept_length`` (1.0 when no draft is accepted).
 A value that cannot be computed is None (missing), never 0.
 """
 
@@ -44,7 +49,7 @@ LATENCIES = ("ttft", "itl", "tpot", "e2e_latency")
 ROUND_KEYS = ("output_throughput", "total_input_tokens", "total_output_tokens", "completed",
               "failed", "duration",
               *(f"{s}_{what}_ms" for what in LATENCIES for s, _ in _SUMMARIES),
-              "accept_length")
+              "accept_length", "verify_accept_length")
 
 
 class BenchError(Exception):
@@ -249,4 +254,6 @@ def summarize(outcomes: list[_Outcome], duration: float) -> dict[str, float | No
     spec = [o for o in good if o.verify_ct is not None]
     verify = sum(o.verify_ct or 0 for o in spec)
     out["accept_length"] = sum(o.tokens for o in spec) / verify if spec and verify > 0 else None
+    out["verify_accept_length"] = (sum(o.tokens - 1 for o in spec) / verify
+                                   if spec and verify > 0 else None)
     return out

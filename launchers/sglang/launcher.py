@@ -112,7 +112,7 @@ class SGLangArgs(WorkloadArgs):
         verdict = sglang_parser.check_argv(flags, python=python, experiment=experiment)
         if verdict.ok is False:
             return [f"SGLang's parser rejects the command with no overrides: {verdict.error}"]
-        resolution = sglang_parser.shared().resolve_many([flags], python, None, experiment)[0]
+        resolution = sglang_parser.resolve(flags, python, None, experiment)
         if resolution.ok is False:
             version = f"SGLang {resolution.sglang_version}" if resolution.sglang_version \
                 else "SGLang"
@@ -305,7 +305,7 @@ class SGLangWorkload(Workload):
         if result.ok is False:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang rejected the command: " + result.error))
-        resolution = sglang_parser.shared().resolve_many([flags], python, cache, ctx.experiment)[0]
+        resolution = sglang_parser.resolve(flags, python, cache, ctx.experiment)
         resolved.record(ctx.trial_dir, resolution, plan.env)
         if resolution.ok is False:  # SGLang's own checks (ServerArgs): it would not start
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
@@ -332,8 +332,8 @@ class SGLangWorkload(Workload):
         ctx = TrialContext(experiment, "identity", Path("identity"), port=a.port or 30000)
         plan = self.plan(config, ctx)
         python = a.preflight_python or sglang_parser.python_for(a.server_cmd)
-        resolution = sglang_parser.shared().resolve_many(
-            [list(plan.argv[len(a.server_cmd):])], python, None, experiment)[0]
+        resolution = sglang_parser.resolve(list(plan.argv[len(a.server_cmd):]), python, None,
+                                           experiment)
         return resolved.key(resolution, knob_env(config)[0])
 
     def dataset(self, seed: int = 0) -> datasets.Dataset:

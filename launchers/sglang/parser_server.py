@@ -40,10 +40,21 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
-try:  # the copy sent along with this file (resident.server_source)
-    import servetune_resolution as resolution  # type: ignore[import-not-found]
-except ImportError:  # imported as part of servetune (tests)
-    from launchers.sglang import resolution
+
+def _resolution() -> Any:
+    """resolution.py: the copy sent along with this file (resident.server_source), or, where
+    this file is imported from disk, the file beside it."""
+    module = sys.modules.get("servetune_resolution")
+    if module is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            "servetune_resolution", os.path.join(os.path.dirname(__file__), "resolution.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["servetune_resolution"] = module
+        spec.loader.exec_module(module)
+    return module
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 VERSION_ARG = "--version"  # ``python -c SOURCE --version``: print the version as JSON, exit
@@ -188,7 +199,7 @@ class Reader:
     """SGLang's parser and env registry, built once; answers requests."""
 
     def __init__(self) -> None:
-        resolution.install_placeholders()  # before SGLang's imports (some releases need them)
+        _resolution().install_placeholders()  # before SGLang's imports (some releases need them)
         from sglang.srt.server_args import ServerArgs
 
         self.parser = Parser(prog="sglang serve")
@@ -211,8 +222,8 @@ class Reader:
         elif op == "env" and self.fields is not None:
             reply["results"] = parse_env(self.fields, request.get("values", []))
         elif op == "resolve":
-            reply["results"] = resolution.resolve(self.parser, request.get("argvs", []),
-                                                  Rejected)
+            reply["results"] = _resolution().resolve(self.parser, request.get("argvs", []),
+                                                     Rejected)
         elif op == "levers":
             reply["options"] = describe_options(self.parser)
             reply["env"] = describe_env(self.fields) if self.fields is not None else None

@@ -195,7 +195,7 @@ class _Steps:
                     builtin, server_args)
 
             restore.append((pipeline, "run_hook", original))
-            pipeline.run_hook = run_hook
+            setattr(pipeline, "run_hook", run_hook)  # noqa: B010 - a module of any release
         else:
             for name, member in list(vars(server_args_class).items()):
                 if name.startswith(("_handle_", "_validate_")) and callable(member):

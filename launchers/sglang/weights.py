@@ -18,7 +18,8 @@ from launchers.sglang.bench import ROUND_KEYS
 # Per pass or cycle, device-timed or from SGLang's step times (metrics.py).
 FIXED_WORK_TIMINGS = ("verify_ms", "draft_ms", "cycle_ms")
 # What a round has only with speculative decoding on.
-SPECULATIVE_ONLY = ("accept_length", "server_accept_length", *FIXED_WORK_TIMINGS)
+SPECULATIVE_ONLY = ("accept_length", "verify_accept_length", "server_accept_length",
+                    *FIXED_WORK_TIMINGS)
 _LEVEL = re.compile(r"_c\d+$")  # a concurrency level's copy of a metric: verify_ms_c4
 
 

@@ -122,3 +122,22 @@ def test_prepare_plans_the_weights_of_the_experiment(tmp_path: Path) -> None:
                                           "speculative": {WEIGHTS: None}}
     assert setup.weights.stages[3] == StageWeights(
         "speculative", False, "it tunes the speculative shape, which acceptance judges")
+
+
+def test_weights_dummy_means_random_weights_everywhere_the_confirm_stage_included(
+        tmp_path: Path) -> None:
+    """A machine without the checkpoint (the GPU session's tiny models): the confirm stage and
+    the reference without speculative decoding load random weights too, and the run says so."""
+    weights = _plan(_spec(tmp_path, weights="dummy"), "output_throughput")
+    assert weights.pins("confirm") == {WEIGHTS: DUMMY}
+    assert all(weights.pins(s.stage) == {WEIGHTS: DUMMY} for s in weights.stages)
+    text = "\n".join(weights.lines())
+    assert "confirm: random (--weights dummy)" in text and "the checkpoint's" not in text
+    assert "the checkpoint's" not in weights.summary()
+    assert _plan(_spec(tmp_path), "verify_ms").pins("confirm") == {WEIGHTS: None}
+
+
+def test_no_confirm_text_without_a_confirm_stage(tmp_path: Path) -> None:
+    weights = _plan(_spec(tmp_path, confirm=0), "verify_ms")
+    assert not weights.confirm
+    assert "confirm" not in "\n".join(weights.lines()) and "confirm" not in weights.summary()

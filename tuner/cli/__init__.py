@@ -64,8 +64,9 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
                    help="sglang: which weights the search's servers load: random ones "
                    "(--load-format dummy) for stages whose objective is a timing random "
                    "weights leave unchanged (auto, the default), the checkpoint's "
-                   "everywhere (real), or random ones everywhere (dummy); the confirm stage "
-                   "always loads the checkpoint's")
+                   "everywhere (real), or random ones everywhere, the confirm stage and the "
+                   "reference without speculative decoding included (dummy); with auto the "
+                   "confirm stage loads the checkpoint's")
     g.add_argument("--no-failure-aware", action="store_true",
                    help="do not avoid values that failed the same way twice")
     g.add_argument("--limit", action="append", default=[], metavar="METRIC<=VALUE",

@@ -16,8 +16,8 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 from search_spaces.space import SearchSpace
 from tuner.output.files import REJECTED, STAGES_JSON, append_jsonl
 from tuner.search.filtering import FilteringSearcher
-from tuner.search.keys import Identity
 from tuner.search.fixed import FixedPoints
+from tuner.search.keys import Identity
 from tuner.search.memory import FailureMemory
 from tuner.search.space_searcher import SpaceSearcher
 from tuner.search.staged import StagedSearcher

@@ -112,7 +112,8 @@ def test_round_counts_cumulative_tokens(stub: tuple[str, type[_Handler]]) -> Non
     result = bench.round(concurrency=2, round_index=0)
     assert result["completed"] == 4 and result["failed"] == 0
     # 31 tokens per request: 1 from prefill + 10 cycles of 3; never the sum of chunk lengths
-    assert result["accept_length"] == pytest.approx(31 / 10)
+    assert result["accept_length"] == pytest.approx(31 / 10)  # bench_serving's, with prefill
+    assert result["verify_accept_length"] == pytest.approx(30 / 10)  # SGLang's: 3 per pass
     assert result["output_throughput"] == pytest.approx(4 * 31 / result["duration"])  # type: ignore[operator]
     assert result["total_output_tokens"] == 4 * 31 and result["total_input_tokens"] == 4 * 16
     assert set(result) == set(ROUND_KEYS)

@@ -17,7 +17,7 @@ from launchers.failures import FailureKind, TrialFailed
 from launchers.process import free_port
 from launchers.sglang.datasets import DatasetError
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload, conflicting_server_args
-from launchers.sglang.preflight import EnvResult
+from launchers.sglang.preflight import EnvResult, Resolution
 from search_spaces.knobs import CATALOGUE, Group, Knob, KnobKind, Value
 
 CONFIG: dict[str, Value] = {
@@ -251,7 +251,12 @@ def fake_preflight(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Preflight]:
                   ) -> list[EnvResult]:
         return [EnvResult(ok=True, known=True) for _ in values]
 
+    def resolve(argv: Sequence[str], python: str | None = None, cache_path: Path | None = None,
+                experiment: str | None = None) -> Resolution:
+        return Resolution(ok=None)  # SGLang's resolution could not run: no verdict
+
     module.check_argv = check_argv  # type: ignore[attr-defined]
+    module.resolve = resolve  # type: ignore[attr-defined]
     module.check_env = check_env  # type: ignore[attr-defined]
     module.python_for = lambda server_cmd: None  # type: ignore[attr-defined]
     monkeypatch.setattr(launchers.sglang.launcher, "sglang_parser", module)
