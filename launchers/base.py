@@ -262,6 +262,11 @@ class WorkloadArgs(BaseModel):
         count is unknown): bad input for ``run``, a note for ``plan``."""
         return None
 
+    def with_measured(self, metrics: list[str]) -> WorkloadArgs:
+        """These args told which metrics the experiment measures (its objective and limits),
+        for a workload whose trials can skip what the measurement does not use."""
+        return self
+
     def without_speculative(self) -> WorkloadArgs | None:
         """These args with speculative decoding off, or None when it is off (or the
         workload has no such switch): the reference run of the confirm stage."""

@@ -31,11 +31,11 @@ def _speculative(config: Config) -> str | None:
     return None
 
 
-STEPS, TOPK, DRAFTS = ("--speculative-num-steps", "--speculative-eagle-topk",
-                       "--speculative-num-draft-tokens")
+STEPS, TOPK, DRAFTS = SHAPE = ("--speculative-num-steps", "--speculative-eagle-topk",
+                               "--speculative-num-draft-tokens")
 
 
-def _partial_shape(config: Config) -> str | None:
+def partial_shape(config: Config) -> str | None:
     """SGLang (0.5.16 and 0.5.23, speculative_hook.py ``_handle_eagle_family``) chooses the
     whole shape itself when the steps are not given, and asserts that topk and the draft
     tokens are not given either: a partial shape never starts."""
@@ -124,7 +124,7 @@ def _decode_batches(config: Config) -> str | None:
 
 
 CONSTRAINTS: tuple[Callable[[Config], str | None], ...] = (
-    _channels, _speculative, _partial_shape, _nvls, _symmetric_memory, _nvls_protocol, _pcie_ipc,
+    _channels, _speculative, partial_shape, _nvls, _symmetric_memory, _nvls_protocol, _pcie_ipc,
     _custom_allreduce_v2, _decode_batches,
 )
 

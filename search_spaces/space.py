@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from search_spaces import knobs, open_knobs
+from search_spaces.constraints import SHAPE, partial_shape
 from search_spaces.knobs import Knob, Value
 
 PRESET_PACKAGE = "search_spaces.presets"
@@ -132,13 +133,22 @@ class SearchSpace:
         return math.prod(len(values) for values in self.domains.values()) if self.domains else 1
 
     def grid(self) -> Iterator[dict[str, Value]]:
-        """Every point, baseline first (it is the first value of each domain)."""
+        """Every point, baseline first (it is the first value of each domain), except partial
+        speculative shapes: no server could start them (constraints.partial_shape)."""
         names = list(self.domains)
         for values in itertools.product(*(self.domains[n] for n in names)):
-            yield self.complete(dict(zip(names, values, strict=True)))
+            point = self.complete(dict(zip(names, values, strict=True)))
+            if not partial_shape(point):
+                yield point
 
     def sample(self, rng: random.Random) -> dict[str, Value]:
-        return self.complete({n: rng.choice(vals) for n, vals in self.domains.items()})
+        """A random point, never a partial speculative shape (drawn again; at worst its
+        topk and draft tokens are left to SGLang with the steps)."""
+        for _ in range(100):
+            point = self.complete({n: rng.choice(vals) for n, vals in self.domains.items()})
+            if not partial_shape(point):
+                return point
+        return {**point, **{n: None for n in SHAPE if n in self.domains}}
 
     def valid_size(self, limit: int = 200_000) -> int | None:
         """How many points pass validation (None when the space is too large to count)."""

@@ -16,6 +16,7 @@ from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
 from launchers.sglang import datasets, levers, resolved, weights
 from launchers.sglang import preflight as sglang_parser
+from launchers.sglang import startup as sglang_startup
 from launchers.sglang.bench import ROUND_KEYS
 from launchers.sglang.profile import STEP_SPANS
 from launchers.sglang.running import SGLangRunning
@@ -69,6 +70,12 @@ class SGLangArgs(WorkloadArgs):
     metrics: bool = True
     preflight: bool = True
     preflight_python: str | None = None
+    fast_start: bool = Field(True, description=(
+        "trials skip what their measurement does not use (startup.py: fast_start_flags): "
+        "SGLang's own warm-up request, and the prefill CUDA graphs when every measured "
+        "metric times the decode phase; best/launch.sh keeps SGLang's defaults"))
+    measured: list[str] = Field(default_factory=list, description=(
+        "the metrics the experiment measures (objective, limits): set by the CLI"))
 
     cli_fields: ClassVar[Mapping[str, str]] = {
         "model": "model", "draft_model": "draft_model", "tp": "tp",
@@ -76,7 +83,7 @@ class SGLangArgs(WorkloadArgs):
         "server_cmd": "server_cmd", "port": "port", "ready_timeout": "ready_timeout",
         "input_len": "input_len", "output_len": "output_len", "concurrency": "concurrency",
         "requests_per_round": "requests_per_round", "no_nccl_debug": "nccl_debug",
-        "no_preflight": "preflight", "dataset": "dataset",
+        "no_preflight": "preflight", "dataset": "dataset", "no_fast_start": "fast_start",
         "decide_at": "objective_concurrency"}
     cli_selectors: ClassVar[tuple[str, ...]] = ("model",)
     production_port: ClassVar[int | None] = 30000  # SGLang's own default
@@ -142,6 +149,9 @@ class SGLangArgs(WorkloadArgs):
         return self.objective_concurrency or self.concurrency[0]
     def server_flags(self) -> frozenset[str]:
         return frozenset(n for w in self.server_args if (n := flag_name(w)) is not None)
+
+    def with_measured(self, metrics: list[str]) -> SGLangArgs:
+        return self.model_copy(update={"measured": list(metrics)})
 
     def without_speculative(self) -> SGLangArgs | None:
         """These args with speculative decoding off (no draft model, no ``--speculative-*``
@@ -227,6 +237,8 @@ class SGLangWorkload(Workload):
         sizes = self.capture_sizes(config)
         if sizes:
             argv += ["--cuda-graph-bs-decode", *map(str, sizes)]
+        skipped = sglang_startup.fast_start_flags(a.fast_start, a.measured, a.server_args, config)
+        argv += skipped
 
         env, unset = knob_env(config)
         env["SGLANG_LOG_MS"] = "1"  # log times to the millisecond: the startup split
@@ -246,6 +258,9 @@ class SGLangWorkload(Workload):
         if sizes:
             notes.append("decode CUDA graphs captured for batch sizes "
                          f"{' '.join(map(str, sizes))} only (from the concurrency levels measured)")
+        if skipped:
+            notes.append(f"measuring only: {' '.join(skipped)} (the measurement does not use "
+                         "them; best/launch.sh keeps SGLang's defaults)")
         return LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
                           port=port, host=a.host, notes=tuple(notes))
 
@@ -359,6 +374,12 @@ class SGLangWorkload(Workload):
         process = ServerProcess.spawn(plan.argv, env, ctx.trial_dir / "server.log", ctx.marker,
                                       port=plan.port, host=plan.host, cwd=self.args.workdir)
         return SGLangRunning(process, plan, ctx, self.args, env, dataset, launched)
+
+    def production_plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
+        """As a user launches it: SGLang's own warm-up and prefill graphs back (fast_start
+        off), no measuring env."""
+        production = SGLangWorkload(self.args.model_copy(update={"fast_start": False}))
+        return Workload.production_plan(production, config, ctx)
 
     def describe(self) -> dict[str, Any]:
         return self.args.model_dump(mode="json")

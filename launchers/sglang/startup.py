@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 STARTUP_KEYS = ("startup_imported_at_s", "startup_scheduler_at_s", "startup_load_begin_at_s",
                 "startup_weights_at_s", "startup_graphs_at_s", "startup_ready_at_s",
@@ -86,3 +86,32 @@ def parse(lines: Iterable[str], launched: float) -> dict[str, float | None]:
         if total is None:
             break  # ready: nothing later belongs to startup
     return out
+
+
+# ---------------------------------------------------------------- what a trial's start skips
+
+# Metrics of the decode phase alone: the prefill's CUDA graphs never run while they are
+# measured (the verify pass and the draft have graphs of their own).
+DECODE_PHASE = re.compile(r"^(verify_ms|draft_ms|cycle_ms|(mean|median|p99)_(itl|tpot)_ms|"
+                          r"(verify_|server_)?accept_length)(_c\d+)?$")
+_OWN_WARMUP = ("--skip-server-warmup", "--warmups")
+_PREFILL = ("--cuda-graph-backend-prefill", "--disable-prefill-cuda-graph", "--cuda-graph-config",
+            "--disable-cuda-graph", "--cuda-graph-bs-prefill", "--cuda-graph-max-bs-prefill")
+
+
+def fast_start_flags(on: bool, measured: Iterable[str], server_args: Iterable[str],
+                     config: Mapping[str, object]) -> list[str]:
+    """Flags that make a trial's server start faster without touching what it measures:
+    ``--skip-server-warmup`` (servetune sends its own warm-up requests before any round) and,
+    when every measured metric is of the decode phase, ``--cuda-graph-backend-prefill
+    disabled`` (real-sglang.md: 58 prefill graphs, 60 s cold, ~14 s warm on the H200). Left
+    to the user wherever their server args or the configuration say otherwise."""
+    if not on:
+        return []
+    given = {w.split("=", 1)[0] for w in server_args if w.startswith("--")}
+    given |= {k for k, v in config.items() if v is not None}
+    flags = [] if given & set(_OWN_WARMUP) else ["--skip-server-warmup"]
+    names = list(measured)
+    if names and all(DECODE_PHASE.match(n) for n in names) and not given & set(_PREFILL):
+        flags += ["--cuda-graph-backend-prefill", "disabled"]
+    return flags

@@ -107,6 +107,9 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
                    help="sglang: no NCCL_DEBUG=INFO logs (no effective-settings check)")
     w.add_argument("--no-preflight", action="store_true",
                    help="sglang: skip the check against SGLang's own argument parser")
+    w.add_argument("--no-fast-start", action="store_true",
+                   help="sglang: trials keep SGLang's own warm-up request and prefill CUDA "
+                   "graphs even where the measurement does not use them")
     w.add_argument("--model-config", help="proxy: shape preset or config.json")
     w.add_argument("--accept-length-from", metavar="DIR", help="proxy: a server experiment "
                    "with speculative decoding; its measured accept length per speculative "

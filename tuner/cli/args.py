@@ -136,6 +136,7 @@ _CONVERT: dict[str, Callable[[Any, Path], Any]] = {
     "concurrency": lambda v, _: int_list(v, "--concurrency"),
     "no_nccl_debug": lambda v, _: False if v else None,
     "no_preflight": lambda v, _: False if v else None,
+    "no_fast_start": lambda v, _: False if v else None,
     "model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
     "draft_model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
     "model_config": lambda v, base: v if v in _presets() else user_path(v, base),
@@ -270,9 +271,12 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         "callbacks": list(dict.fromkeys(args.callback)),
     }
     try:
-        return ExperimentSpec.model_validate(data)
+        spec = ExperimentSpec.model_validate(data)
     except ValidationError as err:
         raise CliError(flag_error(err)) from None
+    measured = [spec.metric or spec.workload.build().default_metric,
+                *(limit["metric"] for limit in data["limits"])]
+    return spec.model_copy(update={"workload": spec.workload.with_measured(measured)})
 
 
 def flag_error(err: ValidationError) -> str:

@@ -52,7 +52,7 @@ def test_plan_argv_and_env(tmp_path: Path) -> None:
         "--speculative-algorithm", "EAGLE3", "--tp-size", "4", "--host", "127.0.0.1",
         "--port", "31000", "--enable-metrics", "--mem-fraction-static", "0.8",
         "--disable-custom-all-reduce", "--speculative-num-steps", "3",
-        "--cuda-graph-bs-decode", "1")
+        "--cuda-graph-bs-decode", "1", "--skip-server-warmup")
     trial = tmp_path / "t1"
     assert dict(plan.env) == {
         "NCCL_ALGO": "allreduce:tree", "NCCL_MAX_NCHANNELS": "4", "SGLANG_LOG_MS": "1",
@@ -75,7 +75,7 @@ def test_plan_is_pure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_options_off(tmp_path: Path) -> None:
     w = workload(draft_model=None, speculative_algorithm=None, metrics=False, nccl_debug=False,
                  tp=2, server_args=[], server_cmd=["python", "-m", "sglang.launch_server"],
-                 capture_concurrency=False)
+                 capture_concurrency=False, fast_start=False)
     plan = w.plan({"NCCL_PROTO": "LL"}, ctx(tmp_path, gpus=()))
     assert plan.argv == ("python", "-m", "sglang.launch_server", "--model-path",
                          "meta-llama/Llama-3.1-70B-Instruct", "--tp-size", "2", "--host",
@@ -96,7 +96,8 @@ def test_capture_sizes_are_the_concurrency_levels(tmp_path: Path) -> None:
     w = workload(concurrency=[16, 1, 4], objective_concurrency=8)
     plan = w.plan({}, ctx(tmp_path))
     assert _captured(plan.argv) == ["1", "4", "8", "16"]
-    assert plan.argv[-5] == "--cuda-graph-bs-decode"  # last: after the user's flags and knobs
+    assert plan.argv[-6] == "--cuda-graph-bs-decode"  # after the user's flags and knobs
+    assert plan.argv[-1] == "--skip-server-warmup"  # measuring only (fast_start)
     assert any("batch sizes 1 4 8 16 only" in n for n in plan.notes)
 
 
@@ -343,3 +344,28 @@ def test_preflight_with_an_interpreter_that_cannot_parse(tmp_path: Path) -> None
         with pytest.raises(TrialFailed) as info:
             w.preflight(w.plan(CONFIG, busy), busy)
     assert info.value.failure.kind is FailureKind.PORT_BUSY
+
+
+@pytest.mark.parametrize(("measured", "prefill_off"), [
+    (["verify_ms"], True), (["cycle_ms", "p99_itl_ms_c8"], True),
+    (["output_throughput"], False), (["verify_ms", "p99_ttft_ms"], False), ([], False)])
+def test_fast_start_skips_only_what_the_measurement_does_not_use(
+        tmp_path: Path, measured: list[str], prefill_off: bool) -> None:
+    """servetune warms up itself, so SGLang's own warm-up request goes; the prefill's CUDA
+    graphs go only when every measured metric times the decode phase."""
+    w = workload(measured=measured)
+    argv = w.plan(CONFIG, ctx(tmp_path)).argv
+    assert "--skip-server-warmup" in argv
+    assert ("--cuda-graph-backend-prefill" in argv) is prefill_off
+    production = w.production_plan(CONFIG, ctx(tmp_path)).argv
+    assert "--skip-server-warmup" not in production
+    assert "--cuda-graph-backend-prefill" not in production
+
+
+def test_fast_start_leaves_the_users_own_settings(tmp_path: Path) -> None:
+    w = workload(measured=["verify_ms"], server_args=["--warmups", "2",
+                                                      "--disable-prefill-cuda-graph"])
+    argv = w.plan(CONFIG, ctx(tmp_path)).argv
+    assert "--skip-server-warmup" not in argv and "--cuda-graph-backend-prefill" not in argv
+    assert "--skip-server-warmup" not in workload(fast_start=False).plan(
+        CONFIG, ctx(tmp_path)).argv

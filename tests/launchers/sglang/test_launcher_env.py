@@ -37,7 +37,8 @@ def _preflight(fake: FakePython, tmp_path: Path, config: dict[str, object]) -> l
     workload = SGLangWorkload(SGLangArgs(model="/models/x", server_cmd=[str(fake), "-m",
                                                                         "sglang.launch_server"],
                                          preflight_python=str(fake), metrics=False,
-                                         nccl_debug=False, capture_concurrency=False))
+                                         nccl_debug=False, capture_concurrency=False,
+                                         fast_start=False))
     ctx = TrialContext("exp@3", "t1", tmp_path / "exp" / "t1", port=free_port())
     return workload.preflight(workload.plan(config, ctx), ctx)  # type: ignore[arg-type]
 
