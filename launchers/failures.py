@@ -31,6 +31,9 @@ class FailureKind(str, Enum):
     # The workload cannot run what this configuration asks for (a path it does not model);
     # says nothing about the hardware or the server.
     NOT_MODELLED = "not_modelled"
+    # A node of a trial across nodes went away (its machine, its Ray node, or servetune's
+    # agent there): says nothing about the configuration either.
+    NODE_LOST = "node_lost"
 
     def __str__(self) -> str:
         return self.value
