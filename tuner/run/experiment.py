@@ -36,6 +36,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
              f"{', '.join(setup.dropped)}")
     for note in setup.unmodelled:
         echo(f"not modelled by the {setup.workload.kind} workload, left out: {note}")
+    for note in setup.left_out:
+        echo(note)
     # Leftovers of a killed earlier run of this experiment (their owners are dead).
     reaped = process.reap(setup.marker_prefix)
     if reaped:
