@@ -219,8 +219,12 @@ class Workload(ABC):
     def production_plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         """The plan as a user would launch it: the trial's plan without its measuring env."""
         plan = self.plan(config, ctx)
-        env = {k: v for k, v in plan.env.items() if k not in self.measurement_env}
-        return replace(plan, env=env)
+
+        def production(node: LaunchPlan) -> LaunchPlan:
+            return replace(node, env={k: v for k, v in node.env.items()
+                                      if k not in self.measurement_env})
+
+        return replace(production(plan), peers=tuple(production(p) for p in plan.peers))
 
 
 class WorkloadArgs(BaseModel):
