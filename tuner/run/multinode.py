@@ -181,7 +181,8 @@ class MultiNodeRunning(Running):
                 return
 
     def _explain(self, err: TrialFailed) -> TrialFailed:
-        """Node 0 failed: when another node failed first, that node is the cause."""
+        """Node 0 failed: when another node failed first, that node is the cause (raised
+        ``from None``: Ray's error record would name the chained one)."""
         failure = self.check()
         if failure is None:
             return err
@@ -193,19 +194,19 @@ class MultiNodeRunning(Running):
         try:
             return self.inner.wait_ready(timeout)
         except TrialFailed as err:
-            raise self._explain(err) from err
+            raise self._explain(err) from None
 
     def warmup(self) -> None:
         try:
             self.inner.warmup()
         except TrialFailed as err:
-            raise self._explain(err) from err
+            raise self._explain(err) from None
 
     def measure(self, round_index: int) -> Metrics:
         try:
             metrics = self.inner.measure(round_index)
         except TrialFailed as err:
-            raise self._explain(err) from err
+            raise self._explain(err) from None
         if self.failure is not None:  # a node failed while node 0 still answered
             raise TrialFailed(self.failure)
         return metrics
