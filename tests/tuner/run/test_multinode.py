@@ -20,6 +20,7 @@ from launchers.multinode import on_node
 from launchers.sglang.launcher import SGLangArgs
 from search_spaces.space import load_preset
 from tests.integration.servetune_runs import FAST, STAND_IN
+from tuner.run.cluster import Cluster, trial_slots
 from tuner.run.lifecycle import Limits
 from tuner.run.multinode import (
     NODE_ENV,
@@ -31,6 +32,7 @@ from tuner.run.multinode import (
     node_marker,
 )
 from tuner.run.trial import FAILURE_FILE, run_trial
+from tuner.spec import SpecError
 
 SPACE = load_preset("nccl-multinode")
 LIMITS = Limits(ready_timeout=30.0, stop_grace=1.0, gpu_clean_timeout=0.0)
@@ -158,3 +160,13 @@ def test_a_node_that_never_answers_fails_before_launch(tmp_path: Path) -> None:
 def test_node_markers_keep_a_nodes_teardown_on_its_node() -> None:
     assert node_marker("e/t1", 0) == "e/t1"
     assert node_marker("e/t1", 2) == "e/t1/node2"
+
+
+def test_trials_at_once_are_the_groups_of_nodes_a_cluster_holds() -> None:
+    cluster = Cluster(5, [0, 8, 8, 8, 8], None, False)  # a CPU head and four 8-GPU nodes
+    assert trial_slots(cluster, 8) == 4
+    assert trial_slots(cluster, 8, nodes=2) == 2
+    assert trial_slots(cluster, 8, nodes=3) == 1
+    with pytest.raises(SpecError, match="--nodes-per-trial 5: the cluster has 4 node"):
+        trial_slots(cluster, 8, nodes=5)
+    assert trial_slots(Cluster(3, [0, 0, 0], None, False), 0, nodes=2) == 1
