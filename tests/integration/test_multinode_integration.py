@@ -12,18 +12,55 @@ best/launch.sh show both nodes' commands.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from launchers.process import marked_processes
+from launchers.process import ServerProcess, marked_processes
 from search_spaces.space import load_preset
-from tests.integration.servetune_runs import Experiment, stand_in
+from tests.integration.servetune_runs import ROOT, Experiment, env_for, stand_in
 from tests.integration.sim_cluster import SimCluster, left_on, sim_cluster
+from tuner.run.multinode import NODE_ENV
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    with sim_cluster(nodes=4) as simulated:
+        yield simulated
+
+
+def test_the_end_of_run_sweep_reaps_each_nodes_leftovers(cluster: SimCluster,
+                                                         tmp_path: Path) -> None:
+    """What a run's end does on every node (tuner.run.nodes.sweep, from a driver joined to the
+    cluster): each node reaps the experiment's processes that run there, and those of no node."""
+    prefix = f"sweep-{uuid.uuid4().hex[:6]}/"
+    a, b = cluster.node_ids()[:2]
+    left = {node: ServerProcess.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin",
+                                                         **({NODE_ENV: node} if node else {})},
+                                       tmp_path / f"{node}.log", f"{prefix}t1/node1")
+            for node in (a, b, "")}
+    code = (f"import json, ray\nray.init(address={cluster.address!r}, log_to_driver=False)\n"
+            f"from tuner.run.nodes import sweep\nprint(json.dumps(sweep({prefix!r})))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env_for(cluster.ray_tmp),
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        swept = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
+        survivors = marked_processes(prefix)
+    finally:
+        for server in left.values():
+            server.stop(grace=0.5)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert left[a].pid in swept[a] and left[b].pid in swept[b], swept
+    assert left[""].pid in {p for pids in swept.values() for p in pids}
+    assert not survivors
 
 
 def _args(exp: Experiment, cluster: SimCluster) -> list[str]:
@@ -70,30 +107,31 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return ta["wall_start"] < tb["wall_end"] and tb["wall_start"] < ta["wall_end"]
 
 
-def test_two_node_trials_two_at_once_survive_a_node_killed_mid_trial(tmp_path: Path) -> None:
-    with sim_cluster(nodes=4) as cluster:
-        exp = Experiment.create(tmp_path, cluster.ray_tmp)
-        run = exp.start(_args(exp, cluster))
-        try:
-            seen: dict[str, tuple[str, dict[str, Any]]] = {}
+def test_two_node_trials_two_at_once_survive_a_node_killed_mid_trial(
+        cluster: SimCluster, tmp_path: Path) -> None:
+    """Run after the sweep test: it needs all four nodes, and kills one."""
+    exp = Experiment.create(tmp_path, cluster.ray_tmp)
+    run = exp.start(_args(exp, cluster))
+    try:
+        seen: dict[str, tuple[str, dict[str, Any]]] = {}
 
-            def measuring() -> bool:
-                found = _victim(exp)
-                if found is not None:
-                    seen["victim"] = found
-                return found is not None
+        def measuring() -> bool:
+            found = _victim(exp)
+            if found is not None:
+                seen["victim"] = found
+            return found is not None
 
-            run.wait_for(measuring, timeout=150, what="a trial measuring across nodes")
-            victim, node = seen["victim"]
-            every_node = cluster.node_ids()
-            killed_at = time.time()
-            cluster.kill_node(node["node_id"])
-            result = run.finish(timeout=240)
-            prefix = exp.prefix
-            left = {n: left_on(prefix, n) for n in every_node}
-            anywhere = marked_processes(prefix)
-        finally:
-            leaked = exp.cleanup()
+        run.wait_for(measuring, timeout=150, what="a trial measuring across nodes")
+        victim, node = seen["victim"]
+        every_node = cluster.node_ids()
+        killed_at = time.time()
+        cluster.kill_node(node["node_id"])
+        result = run.finish(timeout=240)
+        prefix = exp.prefix
+        left = {n: left_on(prefix, n) for n in every_node}
+        anywhere = marked_processes(prefix)
+    finally:
+        leaked = exp.cleanup()
     assert result.returncode == 0, result
     assert not leaked and not anywhere, (leaked, anywhere)
     assert all(not found for found in left.values()), left  # per node, the killed one too

@@ -221,12 +221,19 @@ class MultiNodeRunning(Running):
         return self.inner.profile(steps)
 
     def stop(self) -> None:
-        """Every node's tree on its node, then node 0's; a node that is gone is noted."""
+        """Every node's tree on its node, node 0's here, at the same time (a node left alone
+        would report its peers gone); a node that is gone is noted."""
         self._quit.set()
-        problems = self.nodes.stop(grace=self.process.stop_grace)
+        problems: list[str] = []
+        others = threading.Thread(target=lambda: problems.extend(
+            self.nodes.stop(grace=self.process.stop_grace)), name="nodes-stop")
+        others.start()
+        try:
+            self.inner.stop()
+        finally:
+            others.join()
         if problems:
             (self.folder / "nodes-stop.txt").write_text("\n".join(problems) + "\n")
-        self.inner.stop()
         for rank in range(1, self.peers + 1):
             self._keep_log(rank)
 

@@ -204,7 +204,7 @@ def _sweep_here(prefix: str) -> tuple[str, list[int]]:
     return node, process.kill_processes(found, grace=3.0) if found else []
 
 
-def sweep(prefix: str, timeout: float = 60.0) -> dict[str, list[int]]:
+def sweep(prefix: str, timeout: float = 30.0) -> dict[str, list[int]]:
     """Reap the experiment's marked processes on every live node; returns the pids per node
     (nodes that did not answer in ``timeout`` are missing)."""
     task = ray.remote(num_cpus=0, max_retries=0)(_sweep_here)
