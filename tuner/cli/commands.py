@@ -263,6 +263,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     setup = load_setup(Path(args.dir))
     if args.steps < 1:
         raise CliError("--steps: at least 1")
+    if setup.spec.nodes_per_trial > 1:
+        raise CliError(f"{args.dir}: its trials span {setup.spec.nodes_per_trial} nodes; "
+                       "profile runs on one node")
     targets = profile.experiment_targets(setup, given_config(args, setup.space), args.label,
                                          baseline=not args.no_baseline)
     if not targets:
