@@ -14,6 +14,7 @@ from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, kno
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
 from launchers.proxy import acceptance, topology
+from launchers.proxy import multinode as proxy_nodes
 from launchers.proxy import paths as proxy_paths
 from launchers.proxy.comm import dispatch, settings
 from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE, STEP_SPANS
@@ -76,6 +77,8 @@ class ProxyArgs(WorkloadArgs):
 
     def tp_ranks(self) -> int | None:
         return self.ranks
+
+    multi_node: ClassVar[bool] = True  # ranks spread over the nodes (multinode.py)
 
 
 # ---------------------------------------------------------------- the workload
@@ -227,7 +230,8 @@ class ProxyWorkload(Workload):
     def plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         a = self.args
         cuda = self._cuda(ctx.gpu_ids)
-        ranks = a.ranks or ((len(ctx.gpu_ids) or 1) if cuda else 2)
+        ranks = a.ranks or ((len(ctx.gpu_ids) or 1) if cuda else 2)  # on each node
+        world = ranks * ctx.nodes
         model = self._model(cuda)
         drafts = config.get("--speculative-num-draft-tokens")
         draft_tokens = drafts if isinstance(drafts, int) else a.draft_tokens
@@ -257,11 +261,11 @@ class ProxyWorkload(Workload):
             layers = None  # all layers: the same output as no --layers
         fitted: str | None = None  # how the layer count was fitted to GPU memory
         if cuda and a.layers is None:
-            layers, fitted = _fit_layers(shape_config, model, ctx.gpu_ids, ranks=ranks,
+            layers, fitted = _fit_layers(shape_config, model, ctx.gpu_ids, ranks=world,
                                          batch=a.batch, draft_tokens=draft_tokens,
                                          kv_len=a.kv_len)
         key = reference_key(shape_name(model), shape_config, layers=layers, batch=a.batch,
-                            draft_tokens=draft_tokens, kv_len=a.kv_len, ranks=ranks,
+                            draft_tokens=draft_tokens, kv_len=a.kv_len, ranks=world,
                             device="cuda" if cuda else "cpu", dtype=dtype, seed=ctx.seed,
                             interconnect=found.interconnect, weights=WEIGHTS_LAYOUT)
         argv = [sys.executable, "-m", "launchers.proxy.worker", "--spawn", str(ranks),
@@ -316,8 +320,9 @@ class ProxyWorkload(Workload):
         notes += found.notes
         if a.check_correctness and reference:
             notes.append("no NCCL overrides: writes the correctness reference if none exists")
-        return LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
+        plan = LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
                           port=port, notes=tuple(notes))
+        return proxy_nodes.spread(plan, ctx, ranks, cuda) if ctx.nodes > 1 else plan
 
     # ------------------------------------------------------------ checks and start
     def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
@@ -340,7 +345,8 @@ class ProxyWorkload(Workload):
                     f"the proxy does not model: {dispatch.NOT_MODELLED[path]}"))
         try:
             shape = Shape.from_config(load_shape(args.model), shape_name(args.model))
-            Geometry(shape, ranks=args.spawn, batch=args.batch, draft_tokens=args.draft_tokens,
+            Geometry(shape, ranks=args.spawn * args.nnodes, batch=args.batch,
+                     draft_tokens=args.draft_tokens,
                      kv_len=args.kv_len, layers=args.layers)
         except ValueError as err:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, str(err))) from None

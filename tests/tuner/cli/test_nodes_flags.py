@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -25,8 +26,20 @@ def spec(tmp_path: Path, **fields: object) -> ExperimentSpec:
     return ExperimentSpec.model_validate({**data, **fields})
 
 
+class OneNodeArgs(ProxyArgs):
+    """A workload that cannot span nodes (both shipped ones can)."""
+
+    multi_node: ClassVar[bool] = False
+
+
+def test_a_workload_of_one_node_is_refused(tmp_path: Path) -> None:
+    one = spec(tmp_path).model_copy(update={"workload": OneNodeArgs()})
+    with pytest.raises(CliError, match="--nodes-per-trial 2: the proxy workload runs on one"):
+        check_nodes(one, 8, planning=False)
+    assert check_nodes(spec(tmp_path, workload=ProxyArgs()), 8, planning=False) == []
+
+
 @pytest.mark.parametrize(("fields", "named"), [
-    ({"workload": ProxyArgs()}, "the proxy workload runs on one node"),
     ({"screen": "proxy"}, "--screen proxy"),
     ({"profile": True}, "--profile"),
     ({"address": None}, "--address"),

@@ -17,6 +17,7 @@ from launchers import process
 from launchers.base import LaunchPlan, TrialContext
 from launchers.failures import TrialFailed
 from launchers.multinode import on_node
+from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
 from search_spaces.space import load_preset
 from tests.integration.servetune_runs import FAST, STAND_IN
@@ -170,3 +171,24 @@ def test_trials_at_once_are_the_groups_of_nodes_a_cluster_holds() -> None:
     with pytest.raises(SpecError, match="--nodes-per-trial 5: the cluster has 4 node"):
         trial_slots(cluster, 8, nodes=5)
     assert trial_slots(Cluster(3, [0, 0, 0], None, False), 0, nodes=2) == 1
+
+
+def test_the_proxy_spreads_its_ranks_over_two_nodes_on_gloo(tmp_path: Path) -> None:
+    """Two ranks on each of two nodes, one group of four over gloo: rounds through node 0's
+    rank 0, and node 1's ranks answer every request (rank 0 hands them over the group)."""
+    nodes = LocalNodes(2)
+    args = ProxyArgs(device="cpu", model="tiny", iters_per_round=2, ready_timeout=60)
+    ctx = TrialContext(f"mn-{uuid.uuid4().hex[:6]}", "t1", tmp_path / "t1", (), None, 0, 2,
+                       f"{process.LOCALHOST}:{process.free_port()}")
+    workload = MultiNodeWorkload(args.build(), nodes, Here("local0", process.LOCALHOST))
+    space = load_preset("nccl-multinode")
+    reports: list[dict[str, Any]] = []
+    record = run_trial(space.baseline(), space=space, workload=workload, ctx=ctx, rounds=2,
+                       report=reports.append, limits=LIMITS,
+                       experiment_prefix=f"{ctx.experiment}/")
+    assert record.status == "ok", record.failure
+    assert [r["ranks"] for r in reports] == [4, 4] and all(r["est_tok_s"] > 0 for r in reports)
+    assert record.plan is not None
+    peer = record.plan["peers"][0]["argv"]
+    assert peer[peer.index("--node-rank") + 1] == "1" and "--port" not in peer
+    assert not leftovers(ctx)
