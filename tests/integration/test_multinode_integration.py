@@ -167,7 +167,14 @@ def test_two_node_trials_two_at_once_survive_a_node_killed_mid_trial(
     script = (exp.out / "best" / "launch.sh").read_text()
     assert "--node-rank 0 --dist-init-addr \"${DIST_INIT_ADDR}\"" in script, script
     assert "--node-rank 1 --dist-init-addr \"${DIST_INIT_ADDR}\"" in script, script
-    # Node 1's server log is in the trial's folder, from its own node.
-    assert (exp.out / b / "node1" / "server.log").read_text().count("joined at") == 1
+    # Node 1's server log is in the trial's folder, from its own node, with the GPUs Ray gave
+    # that node; the trial's environment reached both nodes' ranks (2 ranks each: 4 NCCL logs).
+    node1_log = (exp.out / b / "node1" / "server.log").read_text()
+    assert node1_log.count("joined at") == 1
+    assert exp.server_gpus(b) == ["0", "1", "2", "3", "4", "5", "6", "7"]
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in node1_log
+    nccl_logs = sorted((exp.out / b).glob("nccl.*.log"))
+    assert len(nccl_logs) == 4 and all(
+        "NCCL_NVLS_ENABLE set by environment to 0." in p.read_text() for p in nccl_logs)
     assert "each trial holds 8 GPU(s) on each of 2 nodes; at most 2 trial(s) at once" \
         in result.stdout, result
