@@ -36,6 +36,10 @@ class TrialContext:
     gpu_ids: tuple[str, ...] = ()  # as Ray assigned them (CUDA_VISIBLE_DEVICES entries)
     port: int | None = None  # the port this trial's server listens on (resolved by the trial)
     seed: int = 0
+    # A trial across nodes (launchers.multinode): how many, and where their processes meet
+    # (rank 0's node address and a free port there).
+    nodes: int = 1
+    dist_init_addr: str | None = None
 
     @property
     def marker(self) -> str:
@@ -54,6 +58,9 @@ class LaunchPlan:
     port: int | None = None
     host: str = LOCALHOST
     notes: tuple[str, ...] = ()
+    # A trial across nodes: the plans of nodes 1..N-1 (this plan is node 0's, the one served
+    # and benchmarked); each runs on its own node (launchers.multinode).
+    peers: tuple[LaunchPlan, ...] = ()
 
     def full_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ if base is None else base)
@@ -222,8 +229,12 @@ class Workload(ABC):
     def production_plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         """The plan as a user would launch it: the trial's plan without its measuring env."""
         plan = self.plan(config, ctx)
-        env = {k: v for k, v in plan.env.items() if k not in self.measurement_env}
-        return replace(plan, env=env)
+
+        def production(node: LaunchPlan) -> LaunchPlan:
+            return replace(node, env={k: v for k, v in node.env.items()
+                                      if k not in self.measurement_env})
+
+        return replace(production(plan), peers=tuple(production(p) for p in plan.peers))
 
 
 class WorkloadArgs(BaseModel):
@@ -241,6 +252,9 @@ class WorkloadArgs(BaseModel):
     cli_fields: ClassVar[Mapping[str, str]] = {}
     # The port a production launch (best/launch.sh) uses when the args leave it to each trial.
     production_port: ClassVar[int | None] = None
+    # Whether one configuration can run across several nodes (--nodes-per-trial): the
+    # workload's plan then holds a plan per node (LaunchPlan.peers).
+    multi_node: ClassVar[bool] = False
 
     def build(self) -> Workload:
         raise NotImplementedError(f"{type(self).__name__}.build")

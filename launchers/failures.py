@@ -36,6 +36,9 @@ class FailureKind(str, Enum):
     # Read from the exception SGLang logs before it kills its own tree (exceptions.py).
     MISSING_WEIGHTS = "missing_weights"
     MISSING_MODULE = "missing_module"
+    # A node of a trial across nodes went away (its machine, its Ray node, or servetune's
+    # agent there): says nothing about the configuration either.
+    NODE_LOST = "node_lost"
 
     def __str__(self) -> str:
         return self.value

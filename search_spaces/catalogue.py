@@ -19,8 +19,10 @@ from search_spaces.domains import (
     boolean,
     int_in,
     int_list,
+    nccl_interfaces,
     nccl_selector,
     one_of,
+    whole_number,
     word,
 )
 from search_spaces.knob import Group, Knob, KnobKind, Source
@@ -96,6 +98,54 @@ _NCCL = [
     _env("NVSHMEM_DISABLE_NVLS", Group.MULTICAST,
          "1 keeps NVSHMEM off NVLink multicast.", (0, 1), one_of(0, 1),
          "0 (multicast where the GPUs have it)", Source.NVSHMEM),
+]
+
+# NCCL between nodes (its network transports: InfiniBand/RoCE verbs, or sockets): read from
+# NCCL's own parameters (src/transport/net_ib/, net_socket.cc, graph/search.cc, graph/paths.cc;
+# defaults as NCCL 2.2x declares them). Within one node NCCL sends nothing over the network, so
+# an experiment of one node per trial leaves these out (tuner.setup). Which devices and which
+# GID to use are properties of the site, not settings to search: pin them.
+_GDR_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+_NETWORK = [
+    _env("NCCL_IB_QPS_PER_CONNECTION", Group.NETWORK,
+         "InfiniBand/RoCE queue pairs per connection between two ranks: more paths through "
+         "the fabric for one peer.", (1, 2, 4, 8), int_in(1, 128), "1"),
+    _env("NCCL_IB_SPLIT_DATA_ON_QPS", Group.NETWORK,
+         "1 splits each message over the connection's queue pairs; 0 uses them in turn.",
+         (0, 1), one_of(0, 1), "0"),
+    _env("NCCL_NET_GDR_LEVEL", Group.NETWORK,
+         "Deepest path between NIC and GPU where GPUDirect RDMA is used (LOC: never).",
+         ("LOC", "PIX", "PXB", "PHB", "SYS"), one_of(*_GDR_LEVELS),
+         "NCCL picks per NIC and GPU"),
+    _env("NCCL_NET_GDR_READ", Group.NETWORK,
+         "1 sends straight from GPU memory (GPUDirect RDMA reads); 0 stages sends in host "
+         "memory.", (0, 1), one_of(0, 1), "auto"),
+    _env("NCCL_CROSS_NIC", Group.NETWORK,
+         "Rings and trees may use a different NIC on each node: 0 never (rail-local), 1 "
+         "always, 2 when it helps.", (0, 1, 2), one_of(0, 1, 2), "2"),
+    _env("NCCL_NCHANNELS_PER_NET_PEER", Group.NETWORK,
+         "Channels to each remote peer for point-to-point traffic over the network.",
+         (1, 2, 4, 8), int_in(1, 64), "NCCL picks per topology"),
+    _env("NCCL_PXN_DISABLE", Group.NETWORK,
+         "1 stops sending through the NIC of an NVLink peer GPU (PXN).", (0, 1), one_of(0, 1),
+         "0"),
+    _env("NCCL_IB_ADAPTIVE_ROUTING", Group.NETWORK, "InfiniBand adaptive routing.", (0, 1),
+         one_of(0, 1), "auto (on for InfiniBand, off for RoCE)"),
+    _env("NCCL_SOCKET_NTHREADS", Group.NETWORK,
+         "Socket transport (no InfiniBand): CPU threads per connection.", (1, 2, 4, 8),
+         int_in(1, 16), "auto"),
+    _env("NCCL_NSOCKS_PERTHREAD", Group.NETWORK,
+         "Socket transport: sockets per thread (threads x sockets at most 64).", (1, 2, 4, 8),
+         int_in(1, 64), "auto"),
+    _env("NCCL_IB_HCA", Group.NETWORK,
+         "Which InfiniBand/RoCE devices NCCL uses, e.g. mlx5_0:1,mlx5_1:1 (a site setting: "
+         "pin it).", (), nccl_interfaces, "every device found"),
+    _env("NCCL_SOCKET_IFNAME", Group.NETWORK,
+         "Which IP interfaces NCCL bootstraps and sends sockets over, e.g. eth0 (a site "
+         "setting: pin it).", (), nccl_interfaces, "any but lo and docker"),
+    _env("NCCL_IB_GID_INDEX", Group.NETWORK,
+         "RoCE: the GID index of the address NCCL uses (a site setting: pin it).", (),
+         whole_number(-1, 1 << 16), "-1: NCCL picks"),
 ]
 
 _SGLANG_FLAGS = [
@@ -181,7 +231,8 @@ _SGLANG_ENV = [
                 (256, 1024, 4096), int_in(1, _KB_MAX), "unset: tuned per GPU and world size"),
 ]
 
-PRIMITIVES: dict[str, Knob] = {k.name: k for k in [*_NCCL, *_SGLANG_FLAGS, *_SGLANG_ENV]}
+PRIMITIVES: dict[str, Knob] = {k.name: k for k in [*_NCCL, *_NETWORK, *_SGLANG_FLAGS,
+                                                     *_SGLANG_ENV]}
 
 SPECULATIVE_KNOBS = ("--speculative-num-steps", "--speculative-eagle-topk",
                      "--speculative-num-draft-tokens")

@@ -48,6 +48,19 @@ def int_in(low: int, high: int, *, multiple_of: int = 1, power_of_two: bool = Fa
     return check
 
 
+def whole_number(low: int, high: int) -> Checker:
+    """An integer in [low, high], also written as text (a pinned value from the command line
+    of a knob with no default choices to type it by)."""
+    bounded = int_in(low, high)
+
+    def check(value: Value) -> str | None:
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            return bounded(int(value))
+        return bounded(value)
+
+    return check
+
+
 _WORD = re.compile(r"^[A-Za-z0-9_.:/+-]+$")
 
 
@@ -56,6 +69,17 @@ def word(value: Value) -> str | None:
     if isinstance(value, str) and _WORD.match(value):
         return None
     return f"must be one word (letters, digits, _ . : / + -), got {value!r}"
+
+
+_INTERFACES = re.compile(r"^[\^=]?[A-Za-z0-9_.-]+(:\d+)?(,[A-Za-z0-9_.-]+(:\d+)?)*$")
+
+
+def nccl_interfaces(value: Value) -> str | None:
+    """NCCL's device list (NCCL_IB_HCA, NCCL_SOCKET_IFNAME): names with an optional ``:port``,
+    comma-separated; a leading ``^`` excludes them, ``=`` asks for exact names, not prefixes."""
+    if isinstance(value, str) and _INTERFACES.match(value):
+        return None
+    return f"must be device names, e.g. 'mlx5_0:1,mlx5_1:1', '^mlx5_2' or '=eth0', got {value!r}"
 
 
 def int_list(low: int, high: int) -> Checker:

@@ -22,6 +22,7 @@ class KnobKind(str, Enum):
 
 class Group(str, Enum):
     NCCL = "nccl"
+    NETWORK = "network"  # NCCL between nodes: used only by a trial that spans nodes
     MULTICAST = "multicast"
     FUSION = "fusion"
     ALLREDUCE = "allreduce"

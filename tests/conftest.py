@@ -31,6 +31,7 @@ LONG_FILES = frozenset({
     "tests/integration/test_exports_integration.py",
     "tests/integration/test_report_integration.py",
     "tests/integration/test_study_integration.py",
+    "tests/integration/test_multinode_integration.py",  # ~66 s: a simulated 4-node cluster
 })
 
 

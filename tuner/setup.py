@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launchers.base import LaunchPlan, TrialContext, Workload
-from search_spaces.knobs import Value
+from launchers.multinode import ADDR_PLACEHOLDER
+from search_spaces.knobs import Group, Value
 from search_spaces.space import SearchSpace, SpaceError, load
 from tuner.spec import ExperimentSpec, Objective
 from tuner.weights import WeightPlan
@@ -37,6 +38,7 @@ class Setup:
     gpus_per_trial: int = 0  # known once Ray is up (run.json keeps it)
     unmodelled: list[str] = field(default_factory=list)  # values left out: "KNOB=value: why"
     weights: WeightPlan = field(default_factory=WeightPlan)  # per stage: random or real weights
+    left_out: list[str] = field(default_factory=list)  # knobs this experiment leaves out, why
 
     @property
     def out_dir(self) -> Path:
@@ -50,8 +52,9 @@ class Setup:
                 ) -> TrialContext:
         """A trial context outside Ray (plan, notes, exports): GPUs as a trial holds them."""
         gpus = tuple(str(i) for i in range(self.gpus_per_trial))
+        nodes = self.spec.nodes_per_trial
         return TrialContext(self.spec.name, label, folder or self.out_dir / label, gpus, port,
-                            self.spec.seed)
+                            self.spec.seed, nodes, ADDR_PLACEHOLDER if nodes > 1 else None)
 
     def production_plan(self, config: dict[str, Value], folder: Path) -> LaunchPlan:
         """``config`` as a user would launch it (best/launch.sh): the production port, no
@@ -77,7 +80,7 @@ class Setup:
 def prepare(spec: ExperimentSpec) -> Setup:
     """Load and check the space for this workload; raises SpecError/SpaceError on bad input."""
     workload = spec.workload.build()
-    space = load(spec.space).with_pins(spec.pins)
+    space, left_out = _single_node(load(spec.space).with_pins(spec.pins), spec.nodes_per_trial)
     supported = {n for n in [*space.domains, *space.pins] if workload.supports(space.knob(n))}
     space, dropped = space.restricted_to(frozenset(supported))
     space, unmodelled = _drop_unmodelled(space, workload)
@@ -91,11 +94,24 @@ def prepare(spec: ExperimentSpec) -> Setup:
     objective = Objective(metric, mode, spec.rounds, tuple(spec.limits),
                           tuple(spec.workload.levels()), spec.workload.decide_level())
     setup = Setup(spec, workload, space, objective, dropped, unmodelled=unmodelled,
-                  weights=weight_plan(spec, space, workload, objective))
+                  weights=weight_plan(spec, space, workload, objective), left_out=left_out)
     with contextlib.suppress(OSError, ValueError, KeyError):
         setup.gpus_per_trial = int(json.loads((spec.out_dir / RUN_INFO).read_text())
                                    ["gpus_per_trial"])
     return setup
+
+
+def _single_node(space: SearchSpace, nodes: int) -> tuple[SearchSpace, list[str]]:
+    """With one node per trial, NCCL's network knobs leave the space: NCCL sends nothing over
+    the network within a node, so they could only add noise to the search."""
+    network = [n for n in [*space.domains, *space.pins] if space.knob(n).group is Group.NETWORK]
+    if nodes > 1 or not network:
+        return space, []
+    kept = frozenset(n for n in [*space.domains, *space.pins] if n not in network)
+    space, _ = space.restricted_to(kept)
+    return space, [f"one node per trial: NCCL's network settings left out (NCCL sends nothing "
+                   f"over the network within a node; --nodes-per-trial 2 or more tunes them): "
+                   f"{', '.join(network)}"]
 
 
 def _drop_unmodelled(space: SearchSpace, workload: Workload) -> tuple[SearchSpace, list[str]]:

@@ -82,6 +82,9 @@ class ExperimentSpec(BaseModel):
     mode: Literal["max", "min"] | None = None
     seed: int = 0
     gpus_per_trial: int | None = Field(None, ge=1)
+    nodes_per_trial: int = Field(1, ge=1, description="whole nodes a trial holds (tensor "
+                                 "parallelism across nodes, one server per node); more than "
+                                 "one needs a Ray cluster (--address)")
     num_gpus: int | None = Field(None, ge=0)
     num_cpus: int | None = Field(None, ge=1)
     address: str | None = None

@@ -57,6 +57,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--draft-ms", type=float, help="assumed draft time per cycle")
     p.add_argument("--hbm-bandwidth", type=float, help="B/s per GPU for hbm_floor_ms")
     p.add_argument("--port", type=int, default=0, help="rendezvous port (0: a free one)")
+    p.add_argument("--nnodes", type=int, default=1, help="nodes the ranks spread over (each "
+                   "node runs its own root with --spawn N; launchers/proxy/nodes.py)")
+    p.add_argument("--node-rank", type=int, default=0, help="this node's rank (0: the node "
+                   "that meets the others and reports)")
+    p.add_argument("--dist-init-addr", metavar="HOST:PORT",
+                   help="across nodes: node 0's address and port, where the ranks meet")
     p.add_argument("--out", type=Path, help="folder for proxy_rounds.jsonl; rounds are then "
                    "run when the launcher asks for them (proxy_control)")
     p.add_argument("--rounds", type=int, help="run N rounds and exit (default without --out: 3)")
@@ -89,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.spawn:
         from launchers.proxy.spawner import spawn
 
-        return spawn(args.spawn, words, args.port)
+        return spawn(args.spawn, words, args.port, nodes=args.nnodes,
+                     node_rank=args.node_rank, addr=args.dist_init_addr)
     from launchers.proxy.rank import run_rank
 
     return run_rank(args)

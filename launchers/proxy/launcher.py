@@ -13,7 +13,8 @@ from pydantic import Field
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.proxy import acceptance, topology
+from launchers.proxy import acceptance, fitting, topology
+from launchers.proxy import multinode as proxy_nodes
 from launchers.proxy import paths as proxy_paths
 from launchers.proxy.comm import native, settings
 from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE, STEP_SPANS
@@ -81,6 +82,8 @@ class ProxyArgs(WorkloadArgs):
     def tp_ranks(self) -> int | None:
         return self.ranks
 
+    multi_node: ClassVar[bool] = True  # ranks spread over the nodes (multinode.py)
+
     def checks(self, space: SearchSpace, experiment: str) -> list[str]:
         """--proxy-comm native where SGLang's distributed layer cannot run: bad input."""
         why = native.refusal(self.build().mode(None)) if self.proxy_comm == "native" else None
@@ -106,32 +109,6 @@ WEIGHTS_LAYOUT = "arena-1"  # how weights are drawn: part of the reference key
 def writes_reference(env: Mapping[str, str]) -> bool:
     """A configuration with no NCCL overrides: the one whose logits become the reference."""
     return all(REFERENCE_SAFE_ENV.get(k) == v for k, v in env.items() if k.startswith("NCCL_"))
-
-
-def _fit_layers(shape_config: Mapping[str, Any], model: str, gpu_ids: tuple[str, ...], *,
-                ranks: int, batch: int, draft_tokens: int, kv_len: int
-                ) -> tuple[int | None, str | None]:
-    """No --layers on GPUs: every layer when the model fits, else the most that fit in
-    FIT_FRACTION of the smallest GPU's total memory (NVML); without NVML the worker fits them
-    itself (``--fit-layers``). Returns (layers or None for all, a note or None)."""
-    from launchers import gpu
-    from launchers.proxy.geometry import FIT_FRACTION, Geometry, fit_layers
-
-    try:
-        geo = Geometry(Shape.from_config(shape_config, shape_name(model)), ranks=ranks,
-                       batch=batch, draft_tokens=draft_tokens, kv_len=kv_len)
-    except ValueError:
-        return None, None  # preflight says why
-    total = gpu.memory_total(gpu_ids)
-    if total is None:
-        return None, (f"no NVML here: if the whole model does not fit, the ranks run the most "
-                      f"layers that fit in {FIT_FRACTION:.0%} of GPU memory (scaled: true)")
-    n = fit_layers(geo, total)
-    if n is None:
-        return None, None
-    need = geo.bytes_per_pass(full=False)["total"]
-    return n, (f"fitted: the whole model needs {need / 2**30:.1f} GiB per GPU, more than "
-               f"{FIT_FRACTION:.0%} of {total / 2**30:.1f} GiB; set --layers to choose")
 
 
 def _cuda_available() -> bool:
@@ -242,7 +219,8 @@ class ProxyWorkload(Workload):
     def plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         a = self.args
         cuda = self._cuda(ctx.gpu_ids)
-        ranks = a.ranks or ((len(ctx.gpu_ids) or 1) if cuda else 2)
+        ranks = a.ranks or ((len(ctx.gpu_ids) or 1) if cuda else 2)  # on each node
+        world = ranks * ctx.nodes
         model = self._model(cuda)
         drafts = config.get("--speculative-num-draft-tokens")
         draft_tokens = drafts if isinstance(drafts, int) else a.draft_tokens
@@ -276,11 +254,11 @@ class ProxyWorkload(Workload):
             layers = None  # all layers: the same output as no --layers
         fitted: str | None = None  # how the layer count was fitted to GPU memory
         if cuda and a.layers is None:
-            layers, fitted = _fit_layers(shape_config, model, ctx.gpu_ids, ranks=ranks,
+            layers, fitted = fitting.fit_layers_for(shape_config, model, ctx.gpu_ids, ranks=world,
                                          batch=a.batch, draft_tokens=draft_tokens,
                                          kv_len=a.kv_len)
         key = reference_key(shape_name(model), shape_config, layers=layers, batch=a.batch,
-                            draft_tokens=draft_tokens, kv_len=a.kv_len, ranks=ranks,
+                            draft_tokens=draft_tokens, kv_len=a.kv_len, ranks=world,
                             device="cuda" if cuda else "cpu", dtype=dtype, seed=ctx.seed,
                             interconnect=found.interconnect, weights=WEIGHTS_LAYOUT)
         argv = [sys.executable, "-m", "launchers.proxy.worker", "--spawn", str(ranks),
@@ -335,8 +313,9 @@ class ProxyWorkload(Workload):
         notes += [*found.notes, *comm.notes]
         if a.check_correctness and reference:
             notes.append("no NCCL overrides: writes the correctness reference if none exists")
-        return LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
+        plan = LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
                           port=port, notes=tuple(notes))
+        return proxy_nodes.spread(plan, ctx, ranks, cuda) if ctx.nodes > 1 else plan
 
     # ------------------------------------------------------------ checks and start
     def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
@@ -364,7 +343,8 @@ class ProxyWorkload(Workload):
                     f"the proxy does not model: {unmodelled[path]}"))
         try:
             shape = Shape.from_config(load_shape(args.model), shape_name(args.model))
-            Geometry(shape, ranks=args.spawn, batch=args.batch, draft_tokens=args.draft_tokens,
+            Geometry(shape, ranks=args.spawn * args.nnodes, batch=args.batch,
+                     draft_tokens=args.draft_tokens,
                      kv_len=args.kv_len, layers=args.layers)
         except ValueError as err:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, str(err))) from None

@@ -23,12 +23,13 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launchers.process import LOCALHOST
-from launchers.proxy import protocol
+from launchers.proxy import nodes, protocol
 from launchers.proxy.gate import TOLERANCE, Gate, WrongResult
 from launchers.proxy.geometry import Geometry
 from launchers.proxy.timing import Timed, bandwidth, summarize
@@ -68,23 +69,26 @@ def init_group(rank: int, world: int, device: torch.device, port: int) -> Any:
 
     if world > 1 and not port:
         raise ValueError("MASTER_PORT is needed with more than one rank (use --spawn)")
-    if "lo" in {name for _, name in socket.if_nameindex()}:
+    host = os.environ.get("MASTER_ADDR") or LOCALHOST  # node 0's address across nodes
+    if host == LOCALHOST and "lo" in {name for _, name in socket.if_nameindex()}:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets on loopback
+    elif host != LOCALHOST and (interface := nodes.gloo_interface(host)) is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)  # node 0's network here
     timeout = datetime.timedelta(seconds=600)
     if rank == 0:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOCALHOST, port))
+        sock.bind((host, port))
         sock.listen(128)
         bound, fd = sock.getsockname()[1], sock.detach()
         try:
-            store = dist.TCPStore(LOCALHOST, bound, world, True, timeout=timeout,
+            store = dist.TCPStore(host, bound, world, True, timeout=timeout,
                                   master_listen_fd=fd)
         except TypeError:  # a torch without master_listen_fd: its store binds every address
             os.close(fd)
-            store = dist.TCPStore(LOCALHOST, bound, world, True, timeout=timeout)
+            store = dist.TCPStore(host, bound, world, True, timeout=timeout)
     else:
-        store = dist.TCPStore(LOCALHOST, port, world, False, timeout=timeout)
+        store = dist.TCPStore(host, port, world, False, timeout=timeout)
     if device.type == "cuda":
         dist.init_process_group("nccl", store=store, rank=rank, world_size=world,
                                 timeout=timeout, device_id=device)
@@ -337,6 +341,14 @@ class Rank:
             self.events.emit("round", round=index, **metrics, **self.fixed, **check)
 
 
+def _requests(control: Path, idle_timeout: float, parent: int) -> Iterator[protocol.Request]:
+    """The launcher's requests from proxy_control, each once (every rank reads the file)."""
+    last = -1
+    while (request := protocol.next_request(control, last, idle_timeout, parent)) is not None:
+        yield request
+        last = request.seq
+
+
 def run_rank(args: argparse.Namespace) -> int:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -357,14 +369,14 @@ def run_rank(args: argparse.Namespace) -> int:
             worker.barrier()
             raise _Done
         assert args.out is not None  # rounds on request, until stopped (or idle, or orphaned)
-        last = -1
-        while (request := protocol.next_request(args.out / protocol.CONTROL_FILE, last,
-                                                args.idle_timeout, parent)) is not None:
+        control = args.out / protocol.CONTROL_FILE
+        requests = (nodes.shared_requests(rank, control, args.idle_timeout, parent, worker.ctrl)
+                    if args.nnodes > 1 else _requests(control, args.idle_timeout, parent))
+        for request in requests:
             if request.action == "profile":
                 worker.profile(request.value, request.seq)
             else:
                 worker.round(request.value)
-            last = request.seq
         print(f"proxy: rank {rank}: no round asked for, or the launcher is gone", flush=True)
         code = 0
     except _Done:

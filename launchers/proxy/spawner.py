@@ -11,7 +11,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from launchers.process import LOCALHOST, free_port, kill_processes
+from launchers.process import free_port, kill_processes
+from launchers.proxy.nodes import meeting, rank_env
 
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL for the ranks
 SPAWNED_ENV = "SERVETUNE_PROXY_SPAWNED_AT"  # time.time() when the root started the rank
@@ -45,10 +46,13 @@ def _stop(children: Sequence[subprocess.Popen[bytes]]) -> None:
         child.wait()
 
 
-def spawn(n: int, argv: Sequence[str], port: int) -> int:
-    """Start ranks 0..n-1 of ``python -m launchers.proxy.worker argv``; stop them all when
-    one fails. Returns the exit code for the root."""
-    port = port or free_port()
+def spawn(n: int, argv: Sequence[str], port: int, nodes: int = 1, node_rank: int = 0,
+          addr: str | None = None) -> int:
+    """Start ranks 0..n-1 of ``python -m launchers.proxy.worker argv`` (across nodes: this
+    node's n ranks of the whole group, meeting at ``addr``); stop them all when one fails.
+    Returns the exit code for the root."""
+    host, given = meeting(addr)
+    port = given or port or free_port()
     rank_argv = [sys.executable, "-m", "launchers.proxy.worker", *without_spawn(argv)]
     children: list[subprocess.Popen[bytes]] = []
 
@@ -61,8 +65,7 @@ def spawn(n: int, argv: Sequence[str], port: int) -> int:
     signal.signal(signal.SIGINT, on_signal)
     parent = os.getppid()
     for rank in range(n):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": LOCALHOST, "MASTER_PORT": str(port),
+        env = {**os.environ, **rank_env(rank, n, nodes, node_rank, host, port),
                SPAWNED_ENV: repr(time.time())}
         children.append(subprocess.Popen(rank_argv, env=env, stdin=subprocess.DEVNULL))
     while True:

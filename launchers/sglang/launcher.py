@@ -14,7 +14,7 @@ from launchers import nccl_log
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_argv, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.sglang import datasets, levers, resolved, weights
+from launchers.sglang import datasets, levers, multinode, resolved, weights
 from launchers.sglang import preflight as sglang_parser
 from launchers.sglang import startup as sglang_startup
 from launchers.sglang.bench import ROUND_KEYS
@@ -87,6 +87,7 @@ class SGLangArgs(WorkloadArgs):
         "decide_at": "objective_concurrency"}
     cli_selectors: ClassVar[tuple[str, ...]] = ("model",)
     production_port: ClassVar[int | None] = 30000  # SGLang's own default
+    multi_node: ClassVar[bool] = True  # --nnodes/--node-rank/--dist-init-addr (multinode.py)
 
     def build(self) -> SGLangWorkload:
         return SGLangWorkload(self)
@@ -224,7 +225,7 @@ class SGLangWorkload(Workload):
         port = ctx.port if ctx.port is not None else a.port
         if not port:
             raise ValueError("no port: the trial context has none and args.port is 0")
-        tp = a.tp or len(ctx.gpu_ids) or 1
+        tp = a.tp or (len(ctx.gpu_ids) or 1) * ctx.nodes
         argv = [*a.server_cmd, "--model-path", a.model]
         if a.draft_model:
             argv += ["--speculative-draft-model-path", a.draft_model]
@@ -261,8 +262,9 @@ class SGLangWorkload(Workload):
         if skipped:
             notes.append(f"measuring only: {' '.join(skipped)} (the measurement does not use "
                          "them; best/launch.sh keeps SGLang's defaults)")
-        return LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
+        plan = LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
                           port=port, host=a.host, notes=tuple(notes))
+        return multinode.spread(plan, ctx, tp) if ctx.nodes > 1 else plan
 
     @property
     def levels(self) -> list[int]:

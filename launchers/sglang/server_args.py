@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from launchers.sglang import multinode
 from launchers.sglang import preflight as sglang_parser
 
 # Flags servetune renders itself (with SGLang's aliases); user server_args must not repeat them.
-OWN_FLAGS = ("--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--host", "--port")
+OWN_FLAGS = ("--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--host", "--port",
+             *multinode.FLAGS)
 
 
 def missing_path(model: str) -> bool:

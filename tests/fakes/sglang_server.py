@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tests.fakes import cost_model, sglang_cli
+from tests.fakes import cost_model, fake_nodes, sglang_cli
 from tests.fakes.cost_model import SpecParams, Timing
 from tests.fakes.fake_engine import Engine, Metrics, Request, log
 from tests.fakes.fake_http import FakeHTTPServer
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fake-allow-any-host", action="store_true")
     g.add_argument("--fake-max-ranks", type=int, default=2,
                    help="rank processes started (at most --tp-size)")
+    fake_nodes.add_switches(g)  # --nnodes > 1: the nodes meet, and watch each other
     return p
 
 
@@ -129,6 +130,7 @@ class FakeServer:
         self.flags["--cuda-graph-max-bs-decode"] = max(self.startup.sizes, default=0)
         self.ready = threading.Event()
         self.ranks = Ranks(ROOT)
+        self.peers: fake_nodes.Peers | None = None  # the other nodes (--nnodes > 1)
         self._dying = threading.Lock()
         ranks = list(range(self.tp)) if args.enable_metrics_for_all_schedulers else [0]
         self.metrics = Metrics(self.model_name, ranks)
@@ -286,6 +288,8 @@ class FakeServer:
         shown = {k: v for k, v in vars(a).items() if not k.startswith("fake_")}
         log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
         self.apply_sglang_env()
+        if a.node_rank > 0:  # no HTTP on a node of rank >= 1 (tests/fakes/fake_nodes.py)
+            return fake_nodes.follower(self, log)
         try:
             http = FakeHTTPServer((a.host, a.port), self)
         except OSError as err:
@@ -294,6 +298,11 @@ class FakeServer:
             return 1
         threading.Thread(target=http.serve_forever, name="http", daemon=True).start()
         log("Init torch distributed begin.", "TP0")
+        try:
+            self.peers = fake_nodes.join(a, log)  # waits for the other nodes (if any)
+        except RuntimeError as err:
+            log(str(err))
+            return 1
         load_s = target_load_s(a) * a.fake_startup_scale  # the ranks load, then capture
         fault = self.startup_fault()
         self.ranks.start(min(self.tp, max(1, a.fake_max_ranks)), self.tp, fault,
@@ -326,7 +335,7 @@ class FakeServer:
             time.sleep(0.05)
 
     def _check_children(self) -> None:
-        if self.ranks.any_dead():
+        if self.ranks.any_dead() or (self.peers is not None and self.peers.lost(log)):
             self.die()
 
 

@@ -128,6 +128,10 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
                    "own paths; auto (default): native where SGLang and its kernels import")
     r = p.add_argument_group("resources")
     r.add_argument("--gpus-per-trial", type=int, help="default: all GPUs of a node")
+    r.add_argument("--nodes-per-trial", type=int, default=1, metavar="N",
+                   help="whole nodes a trial holds: one server per node, tensor parallelism "
+                   "across them (sglang: --nnodes/--node-rank/--dist-init-addr); needs a Ray "
+                   "cluster of at least N nodes (--address)")
     r.add_argument("--num-gpus", type=int, help="GPUs to declare to a local Ray")
     r.add_argument("--num-cpus", type=int, help="CPUs to declare to a local Ray")
     r.add_argument("--address", help="an existing Ray cluster (HOST:PORT)")

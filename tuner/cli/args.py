@@ -257,6 +257,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         "stage_search": args.stage_search, "samples": args.samples, "rounds": args.rounds,
         "scheduler": args.scheduler, "metric": args.metric, "mode": args.mode, "seed": args.seed,
         "failure_aware": not args.no_failure_aware, "gpus_per_trial": args.gpus_per_trial,
+        "nodes_per_trial": args.nodes_per_trial,
         "num_gpus": args.num_gpus, "num_cpus": args.num_cpus, "address": address,
         "dashboard": not args.no_dashboard, "confirm": args.confirm,
         **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),

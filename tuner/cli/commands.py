@@ -14,6 +14,7 @@ from launchers.registry import screenable
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, load, preset_names
 from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_from_args
+from tuner.cli.nodes import check_nodes, command_lines
 from tuner.output.files import BEST_DIR, BROKEN_JSON
 from tuner.setup import Setup, prepare
 from tuner.spec import SPEC_FILE, ExperimentSpec
@@ -45,9 +46,9 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
     traffic.check_study(spec, setup, resume=resume, planning=planning)
     if not planning:
         traffic.check_callbacks(spec)
-    notes = []
     node_gpus = spec.gpus_per_trial or local_gpu_count(spec)
-    shortfall = spec.workload.gpu_shortfall(node_gpus)
+    notes = check_nodes(spec, node_gpus, planning=planning)
+    shortfall = spec.workload.gpu_shortfall(node_gpus) if spec.nodes_per_trial == 1 else None
     if shortfall and not planning:
         raise CliError(shortfall)
     if shortfall:
@@ -147,6 +148,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                  "unset_env": list(plan.unset_env), "valid": not reasons,
                                  "reason": "; ".join(reasons) or None, "warnings": warnings,
                                  "notes": list(plan.notes)}
+        if plan.peers:  # a trial across nodes: the other nodes' commands
+            entry["peers"] = [{"argv": list(p.argv), "env": dict(p.env)} for p in plan.peers]
         if args.json:
             print(json.dumps(entry, default=str))
             continue
@@ -155,9 +158,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"# {label}" + ("" if not reasons else f"  INVALID: {entry['reason']}"))
         for warning in warnings:
             print(f"# warning: {warning}")
-        for key, value in sorted(plan.env.items()):
-            print(f"{key}={shlex.quote(value)} \\")
-        print(" ".join(shlex.quote(a) for a in plan.argv))
+        for line in command_lines(plan):
+            print(line)
         print()
     if not args.json:
         if setup.dropped:
@@ -165,6 +167,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                   f"{', '.join(setup.dropped)}")
         for note in setup.unmodelled:
             print(f"# not modelled by the {setup.workload.kind} workload, left out: {note}")
+        for note in setup.left_out:
+            print(f"# {note}")
         for line in setup.weights.lines():
             print(f"# {line}")
     return 0
@@ -259,6 +263,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     setup = load_setup(Path(args.dir))
     if args.steps < 1:
         raise CliError("--steps: at least 1")
+    if setup.spec.nodes_per_trial > 1:
+        raise CliError(f"{args.dir}: its trials span {setup.spec.nodes_per_trial} nodes; "
+                       "profile runs on one node")
     targets = profile.experiment_targets(setup, given_config(args, setup.space), args.label,
                                          baseline=not args.no_baseline)
     if not targets:

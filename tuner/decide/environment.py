@@ -7,7 +7,8 @@
   beyond the baseline's: the failure does not follow the settings.
 
 Trials that fail validation before launch (``invalid_config`` from the space's own rules,
-``not_modelled``) say nothing either way and are passed over. Until the opening streak is
+``not_modelled``) say nothing either way and are passed over, and so does a node lost
+mid-trial (``node_lost``, the baseline's included). Until the opening streak is
 decided, its failures are held back from the failure memory: a broken environment rules no
 value out. Plain Python (no Ray): ``tuner.run.environment`` wires it into Ray Tune.
 """
@@ -24,6 +25,9 @@ from search_spaces.knobs import Value
 
 STREAK = 3  # three trials with nothing in common failing alike is no coincidence of settings
 NEUTRAL = frozenset({"invalid_config", "not_modelled"})
+# A node of the cluster went away during the trial: no verdict on the environment either way,
+# not even the baseline's (the other nodes go on; the failure memory ignores it too).
+LOST = frozenset({"node_lost"})
 _NUMBERS = re.compile(r"\b[0-9a-f]*\d[0-9a-f]*\b", re.IGNORECASE)  # ports, pids, trial ids
 
 
@@ -80,6 +84,8 @@ class EnvironmentCheck:
         outcome = Outcome(trial_id, dict(config), dict(failure) if failure else None)
         if self.verdict is not None:
             return []
+        if outcome.kind in LOST:
+            return [outcome]
         if outcome.failure is not None and self._is_baseline(outcome.config):
             self.verdict = self._broken("baseline", [*self.opening, outcome], outcome)
             self.opening = []

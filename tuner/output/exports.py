@@ -1,6 +1,7 @@
 """Exports of the decided configuration, in DIR/best/:
 
-- ``launch.sh``: the env exports and the server argv, runnable as is;
+- ``launch.sh``: the env exports and the server argv, runnable as is (across nodes: every
+  node's command, ``launch.sh NODE_RANK DIST_INIT_ADDR`` on each);
 - ``env``: the same env as a dotenv file;
 - ``nccl-tuner.csv``: what NCCL ran, as rules for NCCL's example tuner plugin
   (``tuner.output.tuner_csv``);
@@ -18,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from launchers import multinode
 from launchers.base import LaunchPlan
 from tuner.output.files import BEST_DIR, BEST_JSON, read_json, write_json
 from tuner.output.tuner_csv import tuner_csv, tuner_rules
@@ -42,7 +44,8 @@ def dotenv_value(value: str) -> str:
 def write_launch(folder: Path, plan: LaunchPlan) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / LAUNCH
-    script.write_text(plan.shell_script())
+    # Across nodes: one script for every node (launch.sh NODE_RANK DIST_INIT_ADDR).
+    script.write_text(multinode.shell_script(plan) if plan.peers else plan.shell_script())
     os.chmod(script, 0o755)
     return script
 
@@ -98,6 +101,7 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
         "confirmed": entry["objective"] if entry else None,
         "config": dict(config), "argv": list(plan.argv), "env": dict(plan.env),
         "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
+        **({"peers": [list(p.argv) for p in plan.peers]} if plan.peers else {}),
         "nccl_tuner_rules": [r.csv_line() for r in rules],
         "limits": [lim.text() for lim in setup.objective.limits],
     }

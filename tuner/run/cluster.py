@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from launchers import gpu, process
@@ -80,10 +80,12 @@ def _tune_env(spec: ExperimentSpec) -> None:
 
 
 @contextlib.contextmanager
-def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
+def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
+                echo: Callable[[str], None] = print) -> Iterator[Cluster]:
     """Connect to ``spec.address`` or start a private local Ray (dashboard on 127.0.0.1, token
     auth on). Ray processes started here carry the experiment's marker so that a crashed
-    run's leftovers can be reaped by the next ``--resume``."""
+    run's leftovers can be reaped by the next ``--resume``. Trials across nodes: at the end,
+    every node of the cluster is swept for the experiment's processes."""
     import ray
 
     _tune_env(spec)
@@ -113,6 +115,12 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str) -> Iterator[Cluster]:
         url = getattr(info, "dashboard_url", None) or None
         yield Cluster(len(alive), gpus, f"http://{url}" if url else None, started_here)
     finally:
+        if spec.nodes_per_trial > 1:
+            from tuner.run.nodes import sweep
+
+            for node, pids in sweep(marker_prefix).items():
+                if pids:
+                    echo(f"reaped {len(pids)} leftover processes on node {node[:16]}")
         ray.shutdown()
         # Servers this experiment left on this host (the marker names this experiment's
         # folder, so with --address nothing of other drivers is touched).
@@ -130,8 +138,15 @@ def gpus_per_trial(spec: ExperimentSpec, cluster: Cluster) -> int:
     return min(with_gpus) if with_gpus else 0
 
 
-def trial_slots(cluster: Cluster, gpus: int) -> int:
-    """How many whole-node trials run at once: one per node that can hold one."""
+def trial_slots(cluster: Cluster, gpus: int, nodes: int = 1) -> int:
+    """How many whole-node trials run at once: one per node that can hold one (a trial of
+    several nodes: one per group of them, SpecError when there is none)."""
+    if nodes > 1:
+        able = sum(1 for g in cluster.gpus_per_node if g >= gpus) if gpus else cluster.nodes
+        if able < nodes:
+            raise SpecError(f"--nodes-per-trial {nodes}: the cluster has {able} node(s) with "
+                            f"{gpus} GPU(s) (GPUs per node: {cluster.gpus_per_node})")
+        return able // nodes
     if not gpus:
         return 1
     return max(1, sum(1 for g in cluster.gpus_per_node if g >= gpus))

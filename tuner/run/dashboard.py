@@ -17,15 +17,20 @@ import os
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+if TYPE_CHECKING:
+    from ray.tune import PlacementGroupFactory
+
+# One node's resources, or a placement group over several nodes (tuner.run.nodes.placement).
+Resources: TypeAlias = "Mapping[str, float] | PlacementGroupFactory"
 TRAINABLE_NAME = "servetune_trial"  # Tuner.restore needs the same name on resume
 TOKEN_ENV = "RAY_AUTH_TOKEN"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
-def named_trainable(fn: Callable[..., None], resources: Mapping[str, float], experiment: str,
+def named_trainable(fn: Callable[..., None], resources: Resources, experiment: str,
                     **parameters: Any) -> type:
     """``tune.with_resources(tune.with_parameters(fn, **parameters), resources)`` as a class
     whose actors the dashboard lists as ``servetune_trial`` with repr
@@ -42,7 +47,8 @@ def named_trainable(fn: Callable[..., None], resources: Mapping[str, float], exp
             return f"{TRAINABLE_NAME} {self._experiment}/{self.trial_id}"
 
     ServetuneTrial.__name__ = ServetuneTrial.__qualname__ = TRAINABLE_NAME
-    sized: type = tune.with_resources(ServetuneTrial, dict(resources))
+    held = resources if isinstance(resources, tune.PlacementGroupFactory) else dict(resources)
+    sized: type = tune.with_resources(ServetuneTrial, held)
     # with_resources subclasses again: the dashboard shows the last class's own name.
     sized.__name__ = sized.__qualname__ = TRAINABLE_NAME
     return sized

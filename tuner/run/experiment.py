@@ -36,21 +36,26 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
              f"{', '.join(setup.dropped)}")
     for note in setup.unmodelled:
         echo(f"not modelled by the {setup.workload.kind} workload, left out: {note}")
+    for note in setup.left_out:
+        echo(note)
     # Leftovers of a killed earlier run of this experiment (their owners are dead).
     reaped = process.reap(setup.marker_prefix)
     if reaped:
         echo(f"reaped {len(reaped)} leftover processes of an earlier run of {spec.name}")
-    with ray_cluster(spec, setup.marker_prefix) as cluster:
+    with ray_cluster(spec, setup.marker_prefix, echo) as cluster:
         gpus = node_gpus_per_trial(spec, cluster)
-        slots = trial_slots(cluster, gpus)
+        slots = trial_slots(cluster, gpus, spec.nodes_per_trial)
         resources: dict[str, float] = {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
         setup.gpus_per_trial = gpus
         write_json(out_dir / RUN_JSON, {"nodes": cluster.nodes, "gpus_per_node":
                                         cluster.gpus_per_node, "gpus_per_trial": gpus,
+                                        "nodes_per_trial": spec.nodes_per_trial,
                                         "trials_at_once": slots,
                                         "dashboard_url": cluster.dashboard_url})
+        held = f"{gpus or 'no'} GPU(s)" + (f" on each of {spec.nodes_per_trial} nodes"
+                                           if spec.nodes_per_trial > 1 else "")
         echo(f"{cluster.nodes} node(s), GPUs per node {cluster.gpus_per_node}; each trial holds "
-             f"{gpus or 'no'} GPU(s); at most {slots} trial(s) at once")
+             f"{held}; at most {slots} trial(s) at once")
         if cluster.dashboard_url:
             for line in login_lines(cluster.dashboard_url):
                 echo(line)

@@ -13,7 +13,7 @@ from typing import Any
 from launchers import process
 from launchers.base import TrialContext
 from tuner.limits import LimitTracker
-from tuner.run.dashboard import name_trial, named_trainable
+from tuner.run.dashboard import Resources, name_trial, named_trainable
 from tuner.run.lifecycle import Limits
 from tuner.setup import Setup, prepare
 from tuner.spec import ExperimentSpec
@@ -24,6 +24,7 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
     import ray
     from ray import tune
 
+    from tuner.run.nodes import across_nodes
     from tuner.run.trial import resolve_port, run_trial
 
     spec = ExperimentSpec.model_validate_json(spec_json)
@@ -48,10 +49,11 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
 
     guard = ExitGuard(ctx.marker, spec.stop_grace)
     atexit.register(guard)
-    try:
-        run_trial(config, space=setup.space, workload=setup.workload, ctx=ctx,
-                  rounds=spec.rounds, report=report, limits=limits_of(spec),
-                  experiment_prefix=setup.marker_prefix, stopping=guard.stopping)
+    try:  # across nodes: the trial's other nodes, each starting its server there
+        with across_nodes(ctx, setup.workload, spec.nodes_per_trial) as (ctx, workload):
+            run_trial(config, space=setup.space, workload=workload, ctx=ctx,
+                      rounds=spec.rounds, report=report, limits=limits_of(spec),
+                      experiment_prefix=setup.marker_prefix, stopping=guard.stopping)
     finally:
         guard.done.set()
         atexit.unregister(guard)
@@ -63,8 +65,14 @@ def limits_of(spec: ExperimentSpec) -> Limits:
 
 def make_trainable(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float]) -> type:
     """The trainable class for ``spec`` (the experiment's, or its reference variant):
-    actors listed as servetune_trial, repr "<experiment>/<trial id>"."""
-    return named_trainable(servetune_trial, resources, setup.spec.name,
+    actors listed as servetune_trial, repr "<experiment>/<trial id>"; ``resources`` are one
+    node's, and a trial across nodes holds them on each of its nodes."""
+    held: Resources = resources
+    if spec.nodes_per_trial > 1:
+        from tuner.run.nodes import placement
+
+        held = placement(resources, spec.nodes_per_trial)
+    return named_trainable(servetune_trial, held, setup.spec.name,
                            spec_json=spec.model_dump_json())
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from search_spaces.knobs import CATALOGUE, Value, without_weights
 
 # Failure kinds that say nothing about the configuration itself.
-ENVIRONMENTAL = {"invalid_config", "port_busy", "gpu_busy", "not_modelled"}
+ENVIRONMENTAL = {"invalid_config", "port_busy", "gpu_busy", "not_modelled", "node_lost"}
 
 
 class FailureMemory:

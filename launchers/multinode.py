@@ -1,0 +1,74 @@
+"""One configuration across several nodes, whatever the workload: node 0's plan holds the
+other nodes' plans (``LaunchPlan.peers``); every node runs its own plan on its own machine,
+with the same environment (its own GPUs aside), and node 0 is the one served and measured.
+
+Where the nodes meet (``--dist-init-addr`` for SGLang) is rank 0's node address and a free
+port there, known only once a trial holds its nodes; a plan made outside a trial (``servetune
+plan``, ``best/launch.sh``) carries ``ADDR_PLACEHOLDER`` instead, which the launch script
+takes from its command line. The workloads render their own flags (launchers/sglang/multinode.py);
+tuner/run/nodes.py starts each node's plan on its node.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import replace
+
+from launchers.base import LaunchPlan
+
+ADDR_VARIABLE = "DIST_INIT_ADDR"
+ADDR_PLACEHOLDER = "$" + ADDR_VARIABLE  # where the nodes meet, outside a trial
+GPUS_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def all_plans(plan: LaunchPlan) -> list[LaunchPlan]:
+    """Every node's plan, node 0 first."""
+    return [plan, *plan.peers]
+
+
+def on_node(plan: LaunchPlan, gpu_ids: tuple[str, ...]) -> LaunchPlan:
+    """``plan`` with the GPUs its node holds (Ray assigns them per node)."""
+    if GPUS_ENV not in plan.env or not gpu_ids:
+        return plan
+    return replace(plan, env={**plan.env, GPUS_ENV: ",".join(gpu_ids)})
+
+
+def _word(word: str) -> str:
+    """A shell word: quoted, the meeting address left to the shell's variable."""
+    if ADDR_PLACEHOLDER in word:
+        return '"' + word.replace(ADDR_PLACEHOLDER, "${" + ADDR_VARIABLE + "}") + '"'
+    return shlex.quote(word)
+
+
+def _exports(env: Mapping[str, str]) -> list[str]:
+    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+
+
+def shell_script(plan: LaunchPlan) -> str:
+    """A bash script for every node of a multi-node plan: ``launch.sh NODE_RANK
+    DIST_INIT_ADDR`` runs that node's command (the same script on every node)."""
+    plans = all_plans(plan)
+    last = len(plans) - 1
+    usage = f"usage: launch.sh NODE_RANK (0..{last}) {ADDR_VARIABLE} (node 0's HOST:PORT)"
+    lines = ["#!/usr/bin/env bash",
+             f"# written by servetune: one server per node, {len(plans)} nodes. On every node:",
+             f"#   ./launch.sh NODE_RANK {ADDR_VARIABLE}",
+             "# NODE_RANK 0 on the node that serves clients; "
+             f"{ADDR_VARIABLE}: node 0's address and a free",
+             "# port there, e.g. 10.0.0.1:5000, the same on every node.",
+             "set -euo pipefail",
+             f'NODE_RANK=${{1:?"{usage}"}}',
+             f'{ADDR_VARIABLE}=${{2:?"{usage}"}}']
+    lines += [f"unset {name}" for name in plan.unset_env]
+    lines += _exports(plan.env)
+    lines.append('case "$NODE_RANK" in')
+    for rank, node in enumerate(plans):
+        own = {k: v for k, v in node.env.items() if plan.env.get(k) != v}
+        gone = [k for k in plan.env if k not in node.env]
+        command = " ".join(_word(w) for w in node.argv)
+        steps = [*(f"unset {k}" for k in gone), *_exports(own), f"exec {command}"]
+        lines.append(f"  {rank}) " + "; ".join(steps) + " ;;")
+    lines.append(f'  *) echo "NODE_RANK must be 0..{last}, got $NODE_RANK" >&2; exit 2 ;;')
+    lines.append("esac")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,48 @@
+"""SGLang across nodes: one server process per node, each with SGLang's own multi-node
+arguments (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``, read in
+``sglang/srt/arg_groups/fields/parallel.py``), the same command otherwise. Node 0 runs the
+HTTP server and the tokenizer; the other nodes run only their schedulers
+(``srt/entrypoints/http_server.py``: a node of rank >= 1 returns once its schedulers exit),
+so only node 0 listens on ``--port``. ``--tp-size`` counts every GPU of every node, and SGLang
+requires it to split evenly over the nodes (``srt/arg_groups/validation_hook.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from launchers.base import LaunchPlan, TrialContext
+from launchers.multinode import ADDR_PLACEHOLDER
+
+NNODES = "--nnodes"
+NODE_RANK = "--node-rank"
+DIST_INIT_ADDR = "--dist-init-addr"
+# Flags servetune sets for a trial across nodes (SGLang's alias of --dist-init-addr too).
+FLAGS = (NNODES, NODE_RANK, DIST_INIT_ADDR, "--nccl-init-addr")
+
+
+def node_flags(nodes: int, rank: int, addr: str) -> list[str]:
+    return [NNODES, str(nodes), NODE_RANK, str(rank), DIST_INIT_ADDR, addr]
+
+
+def spread(plan: LaunchPlan, ctx: TrialContext, tp: int) -> LaunchPlan:
+    """``plan`` (one node's command) as ``ctx.nodes`` nodes' commands: node 0's plan, the
+    others in ``peers``. Pure, like the plan it extends."""
+    addr = ctx.dist_init_addr or ADDR_PLACEHOLDER
+    nodes = [replace(plan, argv=(*plan.argv, *node_flags(ctx.nodes, rank, addr)), notes=())
+             for rank in range(ctx.nodes)]
+    peers = tuple(replace(p, port=None) for p in nodes[1:])  # only node 0 serves HTTP
+    note = (f"{ctx.nodes} nodes, one server each: --tp-size {tp} over "
+            f"{ctx.nodes} x {tp // ctx.nodes} GPUs; node 0 serves and is benchmarked; NCCL "
+            "crosses the network between nodes")
+    if ctx.dist_init_addr is None:
+        note += (f"; {DIST_INIT_ADDR} is node 0's address and a free port there "
+                 f"({ADDR_PLACEHOLDER} here)")
+    return replace(nodes[0], peers=peers, notes=(*plan.notes, note))
+
+
+def uneven(tp: int, nodes: int) -> str | None:
+    """Why SGLang would refuse ``tp`` over ``nodes`` nodes (None: it splits evenly)."""
+    if nodes > 1 and tp % nodes:
+        return f"--tp {tp} does not split evenly over {nodes} nodes (SGLang requires it)"
+    return None

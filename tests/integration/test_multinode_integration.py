@@ -1,0 +1,180 @@
+"""Trials across nodes on a simulated Ray cluster (tests/integration/sim_cluster.py): a CPU
+head and four nodes of 8 logical GPUs on this machine, joined with --address, two nodes per
+trial, the stand-in server on each node (tests/fakes/fake_nodes.py).
+
+One run does it all (a cluster costs ~10 s and ~1 GiB): two trials at once on disjoint node
+pairs; a node killed mid-trial (its raylet, its Ray workers and its server, as a machine
+dies): that trial fails as node_lost with the node named, the search goes on on the three
+nodes left, and nothing of the experiment is left on any node; each trial's plan and
+best/launch.sh show both nodes' commands.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launchers.process import ServerProcess, marked_processes
+from search_spaces.space import load_preset
+from tests.integration.servetune_runs import ROOT, Experiment, env_for, stand_in
+from tests.integration.sim_cluster import SimCluster, left_on, sim_cluster
+from tuner.run.multinode import NODE_ENV
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    with sim_cluster(nodes=4) as simulated:
+        yield simulated
+
+
+def test_the_end_of_run_sweep_reaps_each_nodes_leftovers(cluster: SimCluster,
+                                                         tmp_path: Path) -> None:
+    """What a run's end does on every node (tuner.run.nodes.sweep, from a driver joined to the
+    cluster): each node reaps the experiment's processes that run there, and those of no node."""
+    prefix = f"sweep-{uuid.uuid4().hex[:6]}/"
+    a, b = cluster.node_ids()[:2]
+    left = {node: ServerProcess.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin",
+                                                         **({NODE_ENV: node} if node else {})},
+                                       tmp_path / f"{node}.log", f"{prefix}t1/node1")
+            for node in (a, b, "")}
+    code = (f"import json, ray\nray.init(address={cluster.address!r}, log_to_driver=False)\n"
+            f"from tuner.run.nodes import sweep\nprint(json.dumps(sweep({prefix!r})))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env_for(cluster.ray_tmp),
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        swept = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
+        survivors = marked_processes(prefix)
+    finally:
+        for server in left.values():
+            server.stop(grace=0.5)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert left[a].pid in swept[a] and left[b].pid in swept[b], swept
+    assert left[""].pid in {p for pids in swept.values() for p in pids}
+    assert not survivors
+
+
+def _args(exp: Experiment, cluster: SimCluster) -> list[str]:
+    return ["run", "--address", cluster.address, "--nodes-per-trial", "2",
+            "--model", str(exp.model), "--server-cmd", stand_in(), "--port", "0",
+            "--space", "nccl-multinode", "--samples", "5", "--rounds", "4",
+            "--scheduler", "fifo", "--confirm", "0", "--input-len", "16", "--output-len", "96",
+            "--requests-per-round", "3", "--stop-grace", "1", "--ready-timeout", "60",
+            "--no-preflight", "--out", str(exp.out)]
+
+
+def _nodes(exp: Experiment, trial: str) -> list[dict[str, Any]] | None:
+    path = exp.out / trial / "nodes.json"
+    try:
+        data: list[dict[str, Any]] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+BASELINE = load_preset("nccl-multinode").baseline()
+
+
+def _victim(exp: Experiment) -> tuple[str, dict[str, Any]] | None:
+    """A trial other than the baseline (a lost node there is no verdict on the environment,
+    but no baseline to compare with either) in the middle of its rounds, and its node 1."""
+    journal = exp.journal()
+    ended = {e["trial_id"] for e in journal if e.get("event") == "end"}
+    rounds = exp.rounds_reported()
+    for event in journal:
+        trial = event.get("trial_id")
+        if event.get("event") != "start" or trial in ended or rounds.get(trial, 0) < 1:
+            continue
+        if all(event["config"].get(k) == v for k, v in BASELINE.items()):
+            continue
+        nodes = _nodes(exp, trial)
+        if nodes:
+            return trial, nodes[1]
+    return None
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    ta, tb = a["timings"], b["timings"]
+    return ta["wall_start"] < tb["wall_end"] and tb["wall_start"] < ta["wall_end"]
+
+
+def test_two_node_trials_two_at_once_survive_a_node_killed_mid_trial(
+        cluster: SimCluster, tmp_path: Path) -> None:
+    """Run after the sweep test: it needs all four nodes, and kills one."""
+    exp = Experiment.create(tmp_path, cluster.ray_tmp)
+    run = exp.start(_args(exp, cluster))
+    try:
+        seen: dict[str, tuple[str, dict[str, Any]]] = {}
+
+        def measuring() -> bool:
+            found = _victim(exp)
+            if found is not None:
+                seen["victim"] = found
+            return found is not None
+
+        run.wait_for(measuring, timeout=150, what="a trial measuring across nodes")
+        victim, node = seen["victim"]
+        every_node = cluster.node_ids()
+        killed_at = time.time()
+        cluster.kill_node(node["node_id"])
+        result = run.finish(timeout=240)
+        prefix = exp.prefix
+        left = {n: left_on(prefix, n) for n in every_node}
+        anywhere = marked_processes(prefix)
+    finally:
+        leaked = exp.cleanup()
+    assert result.returncode == 0, result
+    assert not leaked and not anywhere, (leaked, anywhere)
+    assert all(not found for found in left.values()), left  # per node, the killed one too
+
+    records = exp.records()
+    failed = records[victim]
+    assert failed["status"] == "failed", failed
+    assert failed["failure"]["kind"] == "node_lost", failed["failure"]
+    assert node["node_id"][:16] in failed["failure"]["message"], failed["failure"]
+    assert failed["failure"]["details"]["node_rank"] == 1
+    # The search went on: every other trial ran to its end, one of them started after the kill.
+    others = {t: r for t, r in records.items() if t != victim}
+    assert len(records) == 5 and {r["status"] for r in others.values()} == {"ok"}, {
+        t: (r["status"], r.get("failure")) for t, r in records.items()}
+    assert any(r["timings"]["wall_start"] > killed_at for r in others.values())
+
+    # Two trials at once, each on two nodes of its own.
+    pairs = [(a, b) for a in records for b in records if a < b
+             and _overlap(records[a], records[b])]
+    assert pairs, "no two trials ran at once"
+    a, b = pairs[0]
+    nodes_a = {n["node_id"] for n in _nodes(exp, a) or []}
+    nodes_b = {n["node_id"] for n in _nodes(exp, b) or []}
+    assert len(nodes_a) == len(nodes_b) == 2 and not nodes_a & nodes_b
+
+    # Every node's command: in each trial's plan, and in best/launch.sh.
+    plan = json.loads((exp.out / b / "plan.json").read_text())
+    argvs = [plan["argv"], *(p["argv"] for p in plan["peers"])]
+    addr = {argv[argv.index("--dist-init-addr") + 1] for argv in argvs}
+    assert [argv[argv.index("--node-rank") + 1] for argv in argvs] == ["0", "1"]
+    assert len(addr) == 1 and all(argv[argv.index("--nnodes") + 1] == "2" for argv in argvs)
+    assert plan["argv"][plan["argv"].index("--tp-size") + 1] == "16"  # 2 nodes x 8 GPUs
+    script = (exp.out / "best" / "launch.sh").read_text()
+    assert "--node-rank 0 --dist-init-addr \"${DIST_INIT_ADDR}\"" in script, script
+    assert "--node-rank 1 --dist-init-addr \"${DIST_INIT_ADDR}\"" in script, script
+    # Node 1's server log is in the trial's folder, from its own node, with the GPUs Ray gave
+    # that node; the trial's environment reached both nodes' ranks (2 ranks each: 4 NCCL logs).
+    node1_log = (exp.out / b / "node1" / "server.log").read_text()
+    assert node1_log.count("joined at") == 1
+    assert exp.server_gpus(b) == ["0", "1", "2", "3", "4", "5", "6", "7"]
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in node1_log
+    nccl_logs = sorted((exp.out / b).glob("nccl.*.log"))
+    assert len(nccl_logs) == 4 and all(
+        "NCCL_NVLS_ENABLE set by environment to 0." in p.read_text() for p in nccl_logs)
+    assert "each trial holds 8 GPU(s) on each of 2 nodes; at most 2 trial(s) at once" \
+        in result.stdout, result

@@ -1,0 +1,248 @@
+"""A trial across nodes, without Ray: any workload whose plan holds a plan per node
+(``LaunchPlan.peers``, launchers/multinode.py) run as one configuration.
+
+Node 0's server starts here, as the workload starts it (this process runs on node 0); the
+other nodes' servers start on their own nodes through ``Nodes`` (tuner/run/nodes.py: Ray
+actors pinned to the trial's placement-group bundles). While the trial runs, a watch asks
+every node about its server: when one exits, or its node stops answering, node 0's server is
+stopped too (SGLang's other ranks would wait in NCCL until a timeout) and the trial fails
+with that node named: the node's own failure kind read from its log, or ``node_lost``.
+Teardown stops every node's tree on its node (by PID and by that node's marker).
+
+Each node's processes carry a marker of their own, ``<experiment>/<trial>/node<R>`` under the
+trial's, so that a node's teardown never reaches past its node, even where several
+"nodes" share one machine (the CPU tests' simulated cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from launchers.base import LaunchPlan, Metrics, Running, TrialContext, Workload
+from launchers.failures import Failure, FailureKind, TrialFailed
+from search_spaces.knobs import Value
+
+NODE_ENV = "SERVETUNE_NODE"  # the Ray node a server of a multi-node trial runs on
+NODES_FILE = "nodes.json"
+WATCH_INTERVAL_S = 0.5
+
+
+def node_marker(marker: str, rank: int) -> str:
+    """The marker of node ``rank``'s processes (node 0 keeps the trial's own)."""
+    return marker if rank == 0 else f"{marker}/node{rank}"
+
+
+def node_log(folder: Path, rank: int) -> Path:
+    return folder / f"node{rank}" / "server.log"
+
+
+class NodeLost(Exception):
+    """A node of the trial stopped answering (its machine, its Ray node, or the agent there)."""
+
+    def __init__(self, rank: int, reason: str) -> None:
+        super().__init__(reason)
+        self.rank = rank
+        self.reason = reason
+
+
+class Nodes(Protocol):
+    """The other nodes of a trial, ranks 1..N-1 (tuner/run/nodes.py holds them on Ray)."""
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Per node: rank, node_id, address, gpu_ids. Raises NodeLost."""
+
+    def label(self, rank: int) -> str:
+        """How a failure names node ``rank``."""
+
+    def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str) -> list[int]:
+        """Start node r's plan (``plans[r - 1]``) on node r, logging to ``node_log(folder,
+        r)`` there, marked ``node_marker(marker, r)``; returns the pids. Raises NodeLost."""
+
+    def poll(self) -> list[int | None]:
+        """Each node's server exit code (None: running). Raises NodeLost."""
+
+    def log_tail(self, rank: int) -> str:
+        """The end of node ``rank``'s server log ("" when it cannot be read)."""
+
+    def stop(self, grace: float) -> list[str]:
+        """Stop every node's server tree on its node; returns what could not be done."""
+
+
+@dataclass
+class Here:
+    """Node 0: where this trial process runs."""
+
+    node_id: str
+    address: str
+
+
+class MultiNodeWorkload(Workload):
+    """``inner``'s configuration across its plan's nodes (the Workload contract, unchanged
+    for the lifecycle that drives it)."""
+
+    kind: ClassVar[str] = "multi-node"
+    default_metric: ClassVar[str] = ""
+
+    def __init__(self, inner: Workload, nodes: Nodes, here: Here) -> None:
+        self.inner = inner
+        self.nodes = nodes
+        self.here = here
+
+    def plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
+        plan = self.inner.plan(config, ctx)
+        if len(plan.peers) + 1 != ctx.nodes:
+            raise ValueError(f"the {self.inner.kind} workload planned {len(plan.peers) + 1} "
+                             f"nodes for a trial of {ctx.nodes}")
+        return plan
+
+    def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
+        """Every node's command through the workload's own checks (SGLang's parser)."""
+        warnings = self.inner.preflight(plan, ctx)
+        for peer in plan.peers:
+            warnings += [w for w in self.inner.preflight(peer, ctx) if w not in warnings]
+        return warnings
+
+    def start(self, plan: LaunchPlan, ctx: TrialContext) -> MultiNodeRunning:
+        try:
+            described = self.nodes.describe()
+            pids = self.nodes.start(plan.peers, ctx.trial_dir, ctx.marker)
+        except NodeLost as lost:
+            self.nodes.stop(grace=1.0)
+            raise TrialFailed(lost_failure(self.nodes, lost)) from None
+        try:
+            running = self.inner.start(replace(plan, env={**plan.env,
+                                                          NODE_ENV: self.here.node_id}), ctx)
+        except BaseException:
+            self.nodes.stop(grace=1.0)
+            raise
+        record = [{"rank": 0, "node_id": self.here.node_id, "address": self.here.address,
+                   "gpu_ids": list(ctx.gpu_ids), "pid": running.process.pid,
+                   "marker": ctx.marker}]
+        record += [{**info, "pid": pid, "marker": node_marker(ctx.marker, info["rank"])}
+                   for info, pid in zip(described, pids, strict=True)]
+        (ctx.trial_dir / NODES_FILE).write_text(json.dumps(record, indent=1))
+        return MultiNodeRunning(running, self.nodes, len(plan.peers), ctx.trial_dir)
+
+
+def lost_failure(nodes: Nodes, lost: NodeLost) -> Failure:
+    return Failure(FailureKind.NODE_LOST, f"{nodes.label(lost.rank)} lost: {lost.reason}",
+                   details={"node": nodes.label(lost.rank), "node_rank": lost.rank})
+
+
+class MultiNodeRunning(Running):
+    """Node 0's started workload, with the other nodes watched: what node 0 serves is what
+    every node computes, so node 0's readiness and rounds are the trial's."""
+
+    def __init__(self, inner: Running, nodes: Nodes, peers: int, folder: Path) -> None:
+        self.inner = inner
+        self.peers = peers
+        self.process = inner.process
+        self.nodes = nodes
+        self.folder = folder
+        self.failure: Failure | None = None  # the first node that failed, named
+        self._quit = threading.Event()
+        self._lock = threading.Lock()
+        self._watch = threading.Thread(target=self._watching, name="node-watch", daemon=True)
+        self._watch.start()
+
+    # ------------------------------------------------------------ the watch
+    def check(self) -> Failure | None:
+        """Ask every node now; the first failure found stops node 0's server."""
+        with self._lock:
+            if self.failure is not None:
+                return self.failure
+            try:
+                codes = self.nodes.poll()
+            except NodeLost as lost:
+                self.failure = lost_failure(self.nodes, lost)
+            else:
+                rank = next((r for r, c in enumerate(codes, 1) if c is not None), None)
+                if rank is not None:
+                    self.failure = self._exited(rank, codes[rank - 1])
+        if self.failure is not None:
+            self.process.stop(grace=1.0)  # node 0 alone would wait for its peers
+        return self.failure
+
+    def _exited(self, rank: int, code: int | None) -> Failure:
+        label = self.nodes.label(rank)
+        failure = Failure.from_log(self.nodes.log_tail(rank), code)
+        failure.message = f"{label}: {failure.message}"
+        failure.details.update(node=label, node_rank=rank)
+        return failure
+
+    def _watching(self) -> None:
+        while not self._quit.wait(WATCH_INTERVAL_S):
+            if self.check() is not None:
+                return
+
+    def _explain(self, err: TrialFailed) -> TrialFailed:
+        """Node 0 failed: when another node failed first, that node is the cause (raised
+        ``from None``: Ray's error record would name the chained one)."""
+        failure = self.check()
+        if failure is None:
+            return err
+        failure.details.setdefault("node0", err.failure.message)
+        return TrialFailed(failure)
+
+    # ------------------------------------------------------------ the Running contract
+    def wait_ready(self, timeout: float) -> float:
+        try:
+            return self.inner.wait_ready(timeout)
+        except TrialFailed as err:
+            raise self._explain(err) from None
+
+    def warmup(self) -> None:
+        try:
+            self.inner.warmup()
+        except TrialFailed as err:
+            raise self._explain(err) from None
+
+    def measure(self, round_index: int) -> Metrics:
+        try:
+            metrics = self.inner.measure(round_index)
+        except TrialFailed as err:
+            raise self._explain(err) from None
+        if self.failure is not None:  # a node failed while node 0 still answered
+            raise TrialFailed(self.failure)
+        return metrics
+
+    def effective(self) -> dict[str, Any]:
+        return self.inner.effective()
+
+    def startup(self) -> dict[str, float | None]:
+        return self.inner.startup()
+
+    def profile(self, steps: int) -> list[Path]:
+        return self.inner.profile(steps)
+
+    def stop(self) -> None:
+        """Every node's tree on its node, node 0's here, at the same time (a node left alone
+        would report its peers gone); a node that is gone is noted."""
+        self._quit.set()
+        problems: list[str] = []
+        others = threading.Thread(target=lambda: problems.extend(
+            self.nodes.stop(grace=self.process.stop_grace)), name="nodes-stop")
+        others.start()
+        try:
+            self.inner.stop()
+        finally:
+            others.join()
+        if problems:
+            (self.folder / "nodes-stop.txt").write_text("\n".join(problems) + "\n")
+        for rank in range(1, self.peers + 1):
+            self._keep_log(rank)
+
+    def _keep_log(self, rank: int) -> None:
+        """A node's log into the trial's folder when that node wrote it on its own disk."""
+        path = node_log(self.folder, rank)
+        if path.exists():
+            return
+        tail = self.nodes.log_tail(rank)
+        if tail:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(tail)

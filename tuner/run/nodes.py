@@ -1,0 +1,220 @@
+"""A trial across nodes on Ray: its placement group, the agents that start and stop each
+node's server on that node, and the sweep of every node at the end of an experiment.
+
+A trial of N nodes holds one placement group of N bundles, each a whole node's GPUs (and one
+CPU), spread strictly over N nodes (``placement``). The trial itself runs in bundle 0, on
+node 0, and starts node 0's server there as any trial does. For bundles 1..N-1 it starts a
+``NodeAgent`` actor pinned to that bundle: the agent spawns that node's server as a marked
+process tree on its own node (with the GPUs Ray gave the agent, and the trial's environment),
+answers whether it still runs, and stops it by PID and marker there. An agent dies with its
+trial (Ray kills actors whose owner died, and their process groups with them); at the end of
+the experiment a task on every live node reaps whatever the experiment's marker still names
+there (``sweep``). Ray-free logic (the watch, the failures) is in tuner/run/multinode.py.
+"""
+
+from __future__ import annotations
+
+import atexit
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+import ray
+from ray.tune import PlacementGroupFactory
+from ray.util.placement_group import get_current_placement_group
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
+
+from launchers import process
+from launchers.base import LaunchPlan, TrialContext, Workload
+from launchers.multinode import on_node
+from tuner.run.multinode import (
+    NODE_ENV,
+    Here,
+    MultiNodeWorkload,
+    NodeLost,
+    node_log,
+    node_marker,
+)
+
+CALL_TIMEOUT_S = 10.0  # a node that does not answer a call in this long is taken as lost
+PLACE_TIMEOUT_S = 120.0  # the agents' start (their bundles are already reserved)
+
+
+def placement(resources: Mapping[str, float], nodes: int) -> PlacementGroupFactory:
+    """A trial's resources over ``nodes`` whole nodes: one bundle per node, strictly spread."""
+    bundle = {"CPU": float(resources.get("cpu", 1))}
+    if resources.get("gpu"):
+        bundle["GPU"] = float(resources["gpu"])
+    return PlacementGroupFactory([dict(bundle) for _ in range(nodes)], strategy="STRICT_SPREAD")
+
+
+# ---------------------------------------------------------------- the agent on each node
+
+
+class NodeAgent:
+    """Runs on one node of a trial (a Ray actor in that node's bundle): its server's owner."""
+
+    def __init__(self) -> None:
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
+        self.server: process.ServerProcess | None = None
+        atexit.register(self._exit)
+
+    def describe(self, rank: int) -> dict[str, Any]:
+        return {"rank": rank, "node_id": self.node_id, "address": ray.util.get_node_ip_address(),
+                "hostname": socket.gethostname(), "gpu_ids": list(self.gpu_ids)}
+
+    def start(self, plan: LaunchPlan, log_path: str, marker: str) -> int:
+        """Node ``plan`` here, its environment made on this node (its own GPUs)."""
+        plan = on_node(plan, self.gpu_ids)
+        env = {**plan.full_env(), NODE_ENV: self.node_id}
+        self.server = process.ServerProcess.spawn(plan.argv, env, Path(log_path), marker,
+                                                  port=plan.port, host=plan.host)
+        return self.server.pid
+
+    def poll(self) -> int | None:
+        return self.server.poll() if self.server is not None else None
+
+    def log_tail(self, max_bytes: int) -> str:
+        return self.server.log_text(max_bytes) if self.server is not None else ""
+
+    def stop(self, grace: float) -> None:
+        if self.server is not None:
+            self.server.stop(grace=grace, port_timeout=2.0)
+
+    def _exit(self) -> None:
+        with suppress(Exception):
+            self.stop(grace=1.0)
+
+
+class RayNodes:
+    """Nodes 1..N-1 of the trial this process runs (``tuner.run.multinode.Nodes``)."""
+
+    def __init__(self, count: int) -> None:
+        pg = get_current_placement_group()
+        if pg is None:
+            raise RuntimeError("a trial across nodes runs in a placement group (placement())")
+        spec = pg.bundle_specs
+        agent = ray.remote(NodeAgent)
+        self.agents: list[Any] = [agent.options(
+            num_cpus=spec[rank].get("CPU", 0), num_gpus=spec[rank].get("GPU", 0),
+            max_restarts=0, max_task_retries=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=rank)).remote() for rank in range(1, count)]
+        self.info: dict[int, dict[str, Any]] = {}
+
+    def _get(self, rank: int, ref: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
+        try:
+            return ray.get(ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise NodeLost(rank, f"no answer in {timeout:.0f} s") from None
+        except ray.exceptions.RayError as err:
+            raise NodeLost(rank, str(err).strip().splitlines()[0][:300]) from None
+
+    def _each(self, calls: Sequence[Any], timeout: float = CALL_TIMEOUT_S) -> list[Any]:
+        return [self._get(rank, ref, timeout) for rank, ref in enumerate(calls, 1)]
+
+    def describe(self) -> list[dict[str, Any]]:
+        infos = self._each([a.describe.remote(r) for r, a in enumerate(self.agents, 1)],
+                           PLACE_TIMEOUT_S)
+        self.info = {info["rank"]: info for info in infos}
+        return infos
+
+    def label(self, rank: int) -> str:
+        info = self.info.get(rank)
+        if info is None:
+            return f"node {rank}"
+        return (f"node {rank} (Ray node {info['node_id'][:16]}, {info['hostname']} "
+                f"{info['address']})")
+
+    def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str) -> list[int]:
+        pids: list[int] = self._each([a.start.remote(plan, str(node_log(folder, r)),
+                                                      node_marker(marker, r))
+                                      for r, (a, plan) in enumerate(zip(self.agents, plans,
+                                                                        strict=True), 1)])
+        return pids
+
+    def poll(self) -> list[int | None]:
+        codes: list[int | None] = self._each([a.poll.remote() for a in self.agents])
+        return codes
+
+    def log_tail(self, rank: int) -> str:
+        try:
+            text: str = self._get(rank, self.agents[rank - 1].log_tail.remote(1 << 16))
+        except NodeLost:
+            return ""
+        return text
+
+    def stop(self, grace: float) -> list[str]:
+        refs = [a.stop.remote(grace) for a in self.agents]
+        problems = []
+        for rank, ref in enumerate(refs, 1):
+            try:
+                self._get(rank, ref, grace + CALL_TIMEOUT_S)
+            except NodeLost as lost:
+                problems.append(f"{self.label(rank)}: not stopped there: {lost.reason}")
+        return problems
+
+    def close(self) -> None:
+        for agent in self.agents:
+            with suppress(Exception):
+                ray.kill(agent)
+
+
+@contextmanager
+def across_nodes(ctx: TrialContext, workload: Workload, nodes: int
+                 ) -> Iterator[tuple[TrialContext, Workload]]:
+    """This trial's context and workload over ``nodes`` nodes (as they are for one): the
+    meeting address is this node's and a free port here; the agents go when the trial ends."""
+    if nodes == 1:
+        yield ctx, workload
+        return
+    address = ray.util.get_node_ip_address()
+    here = Here(ray.get_runtime_context().get_node_id(), address)
+    ctx = replace(ctx, nodes=nodes, dist_init_addr=f"{address}:{process.free_port(address)}")
+    others = RayNodes(nodes)
+    try:
+        yield ctx, MultiNodeWorkload(workload, others, here)
+    finally:
+        others.close()
+
+
+# ---------------------------------------------------------------- every node at the end
+
+
+def _node_of(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).environ().get(NODE_ENV)
+    except (psutil.Error, OSError):
+        return None
+
+
+def _sweep_here(prefix: str) -> tuple[str, list[int]]:
+    """This node's leftovers of the experiment (those of another node sharing this machine,
+    in a simulated cluster, are left to that node's sweep)."""
+    node = ray.get_runtime_context().get_node_id()
+    found = [m.pid for m in process.marked_processes(prefix) if _node_of(m.pid) in (node, None)]
+    return node, process.kill_processes(found, grace=3.0) if found else []
+
+
+def sweep(prefix: str, timeout: float = 30.0) -> dict[str, list[int]]:
+    """Reap the experiment's marked processes on every live node; returns the pids per node
+    (nodes that did not answer in ``timeout`` are missing)."""
+    task = ray.remote(num_cpus=0, max_retries=0)(_sweep_here)
+    alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
+            .remote(prefix) for n in alive]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    out: dict[str, list[int]] = {}
+    for ref in ready:
+        with suppress(ray.exceptions.RayError):
+            node, pids = ray.get(ref)
+            out[node] = pids
+    return out
