@@ -21,7 +21,8 @@ from tuner.run import profile
 from tuner.setup import prepare
 from tuner.spec import ExperimentSpec
 
-CHOSEN = {"NCCL_ALGO": "allreduce:ring", "--speculative-num-draft-tokens": 4}
+CHOSEN = {"NCCL_ALGO": "allreduce:ring", "--speculative-num-steps": 3,
+          "--speculative-num-draft-tokens": 4}
 
 
 def experiment(tmp_path: Path, best: dict[str, Any] | None = None) -> ExperimentSpec:
