@@ -32,6 +32,10 @@
 #   sglang-probe    what real SGLang prints and where its start goes: import times, SGLang's
 #               resolution in servetune's reader (no GPU context), three failing launches
 #               (no weights, fa3, topk without steps), timed launches stopped both ways
+#   sglang-ray1     stage and install .raywheel1 (shared/tools/device-ray-prepare), Ray's first half
+#   sglang-campaign join and install Ray (.raywheel2), then `servetune run --workload sglang` on the
+#               tiny models over benchmarks/sglang-h200-tiny.yaml (grid, ASHA, confirm, report)
+#   sglang-profile  `servetune profile` of that campaign (after sglang-campaign, same machine)
 # With SGLang staged in /root/site (shared/tools/device-sglang-prepare, its calls A and B):
 #   native-tests      the gpu-marked native-mode tests (every TP 2 path through SGLang's own
 #                     GroupCoordinator captures and passes the gate; which communicator served)
@@ -178,6 +182,28 @@ sglang-wheels2)
     with_sglang && python3 -c "import sglang; print('sglang', sglang.__version__)" ;;
 sglang-probe)
   sglang_probe ;;
+sglang-ray1)
+  mkdir -p "$STAGE" /root/pylibs && cp .raywheel1/* "$STAGE"/ &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /root/pylibs \
+      $(ls "$STAGE"/*.whl) && rm -f "$STAGE"/*.whl && echo "sglang-ray1 ok" ;;
+sglang-campaign)
+  cat "$STAGE"/ray.part.aa .raywheel2/ray.part.ab >"$STAGE"/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /root/pylibs \
+      "$STAGE"/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl || exit 1
+  with_sglang
+  step sglang_campaign 560 python3 -m tuner run --model "$TINY" --draft-model "$DRAFT" \
+    --speculative-algorithm EAGLE3 --server-arg "--attention-backend triton --sampling-backend pytorch" \
+    --space benchmarks/sglang-h200-tiny.yaml --search grid --samples 8 --scheduler asha \
+    --metric verify_ms --mode min --weights dummy --confirm 2 --confirm-top 1 --rounds 3 \
+    --input-len 64 --output-len 64 --requests-per-round 8 --no-dashboard --out runs/sglang-h200
+  tail -45 "$OUT/sglang_campaign.log"
+  python3 -m tuner report runs/sglang-h200 >"$OUT/sglang_report.txt" 2>&1
+  tar czf "$OUT/sglang_campaign.tgz" --exclude='*.trace.json.gz' --exclude='nccl-*.log' runs/sglang-h200 ;;
+sglang-profile)
+  with_sglang
+  step sglang_profile 300 python3 -m tuner profile runs/sglang-h200 --steps 20
+  tail -30 "$OUT/sglang_profile.log"
+  tar czf "$OUT/sglang_profile.tgz" --exclude='*.trace.json.gz' runs/sglang-h200/profile ;;
 native-tests)
   step native_tests 560 "${SGL[@]}" python3 -m pytest -m gpu tests/launchers/proxy/test_gpu_native.py \
     -q -p no:cacheprovider -rs -x

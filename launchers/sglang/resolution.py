@@ -32,6 +32,9 @@ from typing import Any
 
 # Raised by a check that rejects the arguments (SGLang asserts and raises ValueError) ...
 REJECTIONS = (AssertionError, ValueError)
+# ... and, where every step ran (an accelerator here), what its argument code trips over
+# (0.5.16 compares a missing topk with ``>``: a TypeError at launch)
+TRIPS = (TypeError, AttributeError, KeyError, IndexError)
 # ... in its argument code (0.5.16: server_args.py; 0.5.23: arg_groups/ too). Raised elsewhere
 # (transformers reading a model's config, say), it is no verdict on the arguments.
 ARGUMENT_CODE = ("/sglang/srt/server_args.py", "/sglang/srt/arg_groups/")
@@ -259,8 +262,9 @@ def resolve(parser: argparse.ArgumentParser, argvs: Sequence[Sequence[str]],
                 if hasattr(server_args, "resolve_once"):
                     server_args.resolve_once()
             out.update(ok=True, resolved=resolved_fields(server_args))
-        except REJECTIONS as err:
-            if _raised_in_argument_code(err):
+        except (*REJECTIONS, *TRIPS) as err:
+            trusted = isinstance(err, REJECTIONS) or (hardware and not steps.skipped)
+            if trusted and _raised_in_argument_code(err):
                 out.update(ok=False, error=_rejection_text(err), stage="resolve")
             else:
                 out.update(ok=None, error=f"{type(err).__name__}: {str(err)[:300]}",
