@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 JOURNAL = "results.jsonl"  # every trial event as it happened
-REJECTED = "rejected.jsonl"  # suggestions never launched (invalid, ruled out)
+REJECTED = "rejected.jsonl"  # suggestions never launched (invalid, ruled out, repeats)
 RESULTS_CSV = "results.csv"
 BEST_JSON = "best.json"
 BEST_DIR = "best"

@@ -87,6 +87,7 @@ class FilteringSearcher(OwnSpaceSearcher):
             reasons = [] if self.pass_invalid else self.space.validate(config)
             ruled = self.memory.ruled_out(config) if self.memory else []
             if not reasons and not ruled and key in self.launched:
+                self._note_repeat(config, key)
                 if key in self.scores and self.metric:
                     # Already measured: answer from the measurement instead of relaunching.
                     self.searcher.on_trial_complete(inner_id,
@@ -119,6 +120,14 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.config_of[trial_id] = config
         self.launched.add(self._key(config))
         return config
+
+    def _note_repeat(self, config: Config, key: str) -> None:
+        """A suggestion the server would run as an earlier trial ran (the same configuration,
+        or one SGLang resolves alike): logged with that trial, never launched."""
+        if self.on_reject:
+            first = next((tid for tid, c in self.config_of.items() if self._key(c) == key), None)
+            self.on_reject({"config": config, "invalid": [], "ruled_out": [],
+                            "repeat_of": first})
 
     def _reject(self, config: Config, reasons: list[str], ruled: list[str]) -> None:
         entry = {"config": config, "invalid": reasons, "ruled_out": ruled}

@@ -94,7 +94,8 @@ def test_filtering_optuna_rejects_invalid_as_failures_and_answers_repeats() -> N
     assert len(keys) == len(set(keys)), "an already-measured config was launched again"
     study = inner._ot_study  # type: ignore[attr-defined]
     states = {t.state.name for t in study.trials}
-    assert "FAIL" in states and rejected and all(r["invalid"] for r in rejected)
+    assert "FAIL" in states and rejected
+    assert all(r["invalid"] or r.get("repeat_of") for r in rejected)
 
 
 def test_failure_aware_wrapper_launches_a_crashing_value_at_most_twice() -> None:
@@ -195,3 +196,46 @@ def test_optuna_stuck_on_a_crashing_value_falls_back_to_random_points() -> None:
         searcher.on_trial_complete(f"t{i}", None if crashed else {"tok_s": 1.0 + i},
                                    error=crashed)
     assert launched == min(12, space.valid_size() or 0)
+
+
+def _shape_space() -> SearchSpace:
+    return from_mapping({"name": "s", "knobs": {
+        "--speculative-num-steps": [3], "--speculative-eagle-topk": [1],
+        "--speculative-num-draft-tokens": [3, 4]}}, "test")
+
+
+def _launched(searcher: FilteringSearcher) -> list[dict[str, Any]]:
+    out = []
+    while (point := searcher.suggest(f"t{len(out)}")) not in (None, Searcher.FINISHED):
+        assert isinstance(point, dict)
+        out.append(point)
+        searcher.on_trial_complete(f"t{len(out) - 1}", result={"verify_ms": 1.0})
+    return out
+
+
+def test_configurations_sglang_resolves_alike_are_one_point() -> None:
+    """With topk 1 SGLang sets the draft tokens to steps + 1: (3, 1, 3) and (3, 1, 4) run
+    the same shape, so the second is answered from the first and logged as its repeat, never
+    launched; the partial shapes (topk or draft tokens without steps) are never proposed."""
+    space = _shape_space()
+    repeats: list[dict[str, Any]] = []
+    searcher = FilteringSearcher(SpaceSearcher(space, "grid"), space,
+                                 on_reject=repeats.append)
+    searcher.set_search_properties("verify_ms", "min", {})
+    shapes = [tuple(p[k] for k in space.domains) for p in _launched(searcher)]
+    assert (3, 1, 3) in shapes and (3, 1, 4) not in shapes
+    assert all(s[0] is not None or s == (None, None, None) for s in shapes)
+    repeat = [r for r in repeats if r.get("repeat_of")]
+    assert [r["config"]["--speculative-num-draft-tokens"] for r in repeat] == [4]
+
+
+def test_the_workloads_own_identity_decides_when_it_can() -> None:
+    """Where SGLang's resolution runs (the workload's identity), it says which configurations
+    are one point; where it cannot (None), SGLang's known rules do."""
+    space = _shape_space()
+    one_point = FilteringSearcher(SpaceSearcher(space, "grid"), space,
+                                  identity=lambda c: "same" if c.get(
+                                      "--speculative-num-steps") else None)
+    one_point.set_search_properties("verify_ms", "min", {})
+    steps = [p["--speculative-num-steps"] for p in _launched(one_point)]
+    assert steps == [None, 3]
