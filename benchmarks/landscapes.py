@@ -112,7 +112,8 @@ BENCH_SPACE: dict[str, Any] = {
         "--flashinfer-allreduce-fusion-backend": ["auto", "trtllm"],
         "--speculative-num-draft-tokens": [3, 6],
     },
-    "pins": {"NCCL_NVLS_ENABLE": 0},
+    # steps pinned (the cost model's default, 3): draft tokens alone are a partial shape
+    "pins": {"NCCL_NVLS_ENABLE": 0, "--speculative-num-steps": 3},
     "stages": STAGES,
 }
 TREE = ("NCCL_ALGO", "Tree")
@@ -154,7 +155,7 @@ WIDE_SPACE: dict[str, Any] = {
         "--flashinfer-allreduce-fusion-backend": ["auto", "trtllm"],
         "--speculative-num-draft-tokens": [3, 6, 8],
     },
-    "pins": {"NCCL_NVLS_ENABLE": 0},
+    "pins": {"NCCL_NVLS_ENABLE": 0, "--speculative-num-steps": 3},  # as BENCH_SPACE's
     "stages": STAGES,
 }
 # protocol -> (latency us, us per verified token: the message grows with the draft tokens)

@@ -1,12 +1,15 @@
 """Teardown: from stop to every process of the server gone and its port free.
 
 The stand-in is started the way a trial starts it (plan -> start: the server and its rank
-processes, all marked), waited for, sent one request, and stopped with ``Running.stop``
-(SIGTERM to the tree, ``grace`` seconds, SIGKILL). The clock stops once every process of the
-tree (and every process with the trial's marker) is gone and the port binds again.
+processes, all marked), waited for, sent one request, and stopped. The clock stops once every
+process of the tree (and every process with the trial's marker) is gone and the port binds
+again.
 
-Two servers: a cooperative one, and one that ignores SIGTERM (``--fake-fault
-ignore-sigterm``: the server and its ranks), which must be SIGKILLed after the grace.
+Three stops: the sglang workload's own (``Running.stop``: the whole tree killed at once, as
+SGLang's own stop ends, of a server that would ignore SIGTERM), and the process layer's that
+every reap of leftovers uses (SIGTERM to the tree, ``grace`` seconds, SIGKILL) of a
+cooperative server and of one that ignores SIGTERM (``--fake-fault ignore-sigterm``: the server
+and its ranks), which must be SIGKILLed after the grace.
 
     python -m benchmarks.teardown [--launches 5] [--grace 2] [--profile]
 
@@ -50,8 +53,11 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def teardown_once(folder: Path, trial_id: str, grace: float, server_args: list[str],
-                  profiler: cProfile.Profile | None = None) -> tuple[float, int]:
-    """Seconds from stop to all gone and the port free, and how many processes there were."""
+                  profiler: cProfile.Profile | None = None, kill: bool = False
+                  ) -> tuple[float, int]:
+    """Seconds from stop to all gone and the port free, and how many processes there were.
+    ``kill``: the sglang workload's stop (the tree killed at once); else the process layer's
+    (SIGTERM, the grace, SIGKILL), which every reap of leftovers uses."""
     running: Any = start_stand_in(folder, trial_id, server_args)
     proc = running.process
     try:
@@ -63,10 +69,11 @@ def teardown_once(folder: Path, trial_id: str, grace: float, server_args: list[s
         running.stop()
         raise
     start = time.monotonic()
+    stop = running.stop if kill else proc.stop
     if profiler is not None:
-        profiler.runcall(running.stop)
+        profiler.runcall(stop)
     else:
-        running.stop()
+        stop()
     while _alive(tree) or process.marked_processes(proc.marker, exact=True) or \
             not process.port_is_free(proc.port, proc.host):
         if time.monotonic() - start > grace + 30:
@@ -88,11 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="st-teardown-"))
     results: dict[str, list[float]] = {}
     try:
-        for label, extra in (("cooperative", []),
-                             ("ignores SIGTERM", ["--fake-fault", "ignore-sigterm"])):
+        for label, extra, kill in (
+                ("killed at once", ["--fake-fault", "ignore-sigterm"], True),
+                ("cooperative", [], False),
+                ("ignores SIGTERM", ["--fake-fault", "ignore-sigterm"], False)):
             times, sizes = [], []
             for i in range(args.launches):
-                seconds, size = teardown_once(folder, f"{label[:4]}{i:03d}", args.grace, extra)
+                seconds, size = teardown_once(folder, f"{label[:4]}{i:03d}", args.grace, extra,
+                                              kill=kill)
                 times.append(seconds)
                 sizes.append(size)
             results[label] = times
@@ -109,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     coop, stubborn = median(results["cooperative"]), median(results["ignores SIGTERM"])
+    print(f"sglang stop: {median(results['killed at once']):.2f} s killing the tree at once")
     print(f"goals: cooperative <= 3 s, SIGTERM ignored <= grace + 1 = {args.grace + 1:g} s; "
           f"SGLang's speculative sweep: kill, then sleep {SGLANG_SLEEP_S:g} s (quoted, not run)")
     print(f"teardown: {coop:.2f} s cooperative, {stubborn:.2f} s ignoring SIGTERM with grace "
