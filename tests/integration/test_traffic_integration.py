@@ -38,7 +38,7 @@ SHAPES = """\
 name: shapes
 description: draft steps and tokens
 knobs:
-  --speculative-num-steps: [4]
+  --speculative-num-steps: [3, 4]
   --speculative-num-draft-tokens: [3, 6]
 """
 ALGO_AND_DRAFTS = """\
@@ -47,6 +47,8 @@ description: a faster allreduce, fewer drafted tokens
 knobs:
   NCCL_ALGO: [allreduce:tree]
   --speculative-num-draft-tokens: [3]
+pins:
+  --speculative-num-steps: 3  # the stand-in's default; draft tokens alone are a partial shape
 """
 LIMIT = "accept_length<=1.9"  # the default 4 draft tokens accept ~2.0 here, 3 accept ~1.8
 COMMON = ("--speculative-algorithm", "EAGLE3", "--search", "grid", "--scheduler", "fifo",
