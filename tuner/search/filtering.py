@@ -143,6 +143,8 @@ class FilteringSearcher(OwnSpaceSearcher):
                                                   error=value is None)
 
     def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None) -> None:
-        """Called by the results recorder with each finished trial's failure kind."""
-        if self.memory is not None:
+        """Called by the results recorder with each finished trial's failure kind. A config
+        the space's own rules refuse (grid launches them, to record them) teaches the memory
+        nothing about any one value: the rule already names the combination."""
+        if self.memory is not None and not (kind is not None and self.space.validate(config)):
             self.memory.record(config, trial_id, kind)
