@@ -8,8 +8,8 @@ data for the searchers, each with a structure the others lack.
   faster; three crash, each its own way; NCCL's knobs matter only on NCCL's path.
 - ``needle``: a flat landscape (every knob within 1%) with one narrow good combination: two
   knobs jointly +12%, neither alone.
-- ``failures``: the ``interact`` toy (benchmarks/landscapes.py) measured as verify ms (min)
-  with failures of every shape: a fusion backend the server refuses (``invalid_config``,
+- ``failures``: the ``wrong-order`` toy (benchmarks/landscapes.py) measured as verify ms
+  (min) with failures of every shape: a fusion backend the server refuses (``invalid_config``,
   everywhere), two culprits of one kind (one channel count and one draft count fail CUDA graph
   capture wherever they are) and a pair that fails only together (Tree with LL128).
 """
@@ -154,7 +154,7 @@ def failures_kind(config: Config) -> str | None:
 def failures_verify_ms(config: Config) -> float | None:
     if failures_kind(config) is not None:
         return None
-    server: ToyServer = TOYS["interact"][0]
+    server: ToyServer = TOYS["wrong-order"][0]
     verify = 4.5 * (1.0 + 0.03 * (server.drafts(config) - 1))
     return verify + server.n_allreduce * server.allreduce_us(config) / 1000.0
 
@@ -174,7 +174,7 @@ def machine_landscape(name: str) -> Landscape:
             return failures_kind(config) or "crashed"
 
         return Landscape(name, from_mapping({**FAILURES_SPACE, "stages": STAGES}, SOURCE),
-                         failures_verify_ms, "interact as verify ms, with an always-invalid "
+                         failures_verify_ms, "wrong-order as verify ms, with an always-invalid "
                          "value, two culprits of one kind and a failing pair",
                          metric="verify_ms", mode="min", failure=kind)
     raise ValueError(f"unknown machine landscape {name!r}")

@@ -19,7 +19,6 @@ best point known when it is proposed.
 from __future__ import annotations
 
 import math
-import os
 import random
 import statistics
 from collections.abc import Callable, Mapping
@@ -101,7 +100,7 @@ class AutoSearcher(OwnSpaceSearcher):
             assert self.lever is not None
             name, values = self.lever, value_order(self.space.domains[self.lever])
             while self.value_index < len(values):
-                if self.cut and os.environ.get("CUT", "1") == "1":
+                if self.cut:
                     self.deferred.append((name, self.value_index))
                     break
                 value = values[self.value_index]
@@ -109,10 +108,10 @@ class AutoSearcher(OwnSpaceSearcher):
                 best = self.best()
                 if value == best.get(name):
                     continue
-                point = probe(self.space, best, name, value)
-                if point is not None and self._new(point):
+                probed = probe(self.space, best, name, value)
+                if probed is not None and self._new(probed):
                     self.probed[trial_id] = (name, value)
-                    return self._launch(trial_id, point, SWEEP)
+                    return self._launch(trial_id, probed, SWEEP)
             else:
                 self.ended[name] = len(self.phase_of)
             self.lever, self.cut = None, False
@@ -134,7 +133,7 @@ class AutoSearcher(OwnSpaceSearcher):
             self.again = bool(self.plan)
         if not self.plan:
             return False
-        if self.again and os.environ.get("MARGIN", "1") == "1":
+        if self.again:
             self.lever = self.plan.pop(0)
         else:
             ranked = lever_order(self.space, self.best())
@@ -208,10 +207,21 @@ class AutoSearcher(OwnSpaceSearcher):
         return max(ranked, key=self._rank)[1] if ranked else None
 
     def best(self) -> Config:
-        """The best point measured so far (one that ran every round first); the baseline
+        """The point the sweep builds on: the best measured so far (one that ran every round
+        first); of those within the noise of it, the one that sets the most knobs, so that
+        where the values tie each probe also tries the other settings together. The baseline
         before any."""
         ranked = [v for v in self.finished.values() if v[1] is not None]
-        return dict(max(ranked, key=self._rank)[0]) if ranked else self.space.baseline()
+        if not ranked:
+            return self.space.baseline()
+        top = max(ranked, key=self._rank)
+        sign = 1.0 if self.mode != "min" else -1.0
+        noise = self._noise()
+        baseline = self.space.baseline()
+        near = [v for v in ranked if v[2] == top[2] and v[1] and top[1]
+                and sign * (math.log(top[1]) - math.log(v[1])) <= noise]
+        return dict(max(near, key=lambda v: (sum(v[0][n] != baseline[n] for n in baseline),
+                                            self._rank(v)))[0])
 
     def _gain(self, value: float) -> float:
         """How much ``value`` beats the best measured so far, in log units."""

@@ -2,7 +2,7 @@
 
 searcher = ConcurrencyLimiter(FilteringSearcher(auto | random | grid | Optuna | staged))
 The baseline is always the first suggestion, and runs alone when one trial runs at a time.
-Without ``samples`` the budget is sized from the space (``levers.sized_budget``).
+Without ``samples`` the budget is sized from the space (``budget.sized_budget``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 from search_spaces.space import SearchSpace
 from tuner.output.files import REJECTED, STAGES_JSON, append_jsonl
 from tuner.search.auto import AutoSearcher
+from tuner.search.budget import estimate, sized_budget
 from tuner.search.filtering import FilteringSearcher
 from tuner.search.fixed import FixedPoints
-from tuner.search.levers import sized_budget
 from tuner.search.memory import FailureMemory
 from tuner.search.space_searcher import SpaceSearcher
 from tuner.search.staged import StagedSearcher
@@ -113,13 +113,14 @@ def budget(space: SearchSpace, search: str, samples: int | None) -> tuple[int, s
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
                  samples: int | None, seed: int, failure_aware: bool, max_concurrent: int,
                  out_dir: Path | None, points: list[dict[str, Any]] | None = None,
-                 study: Study | None = None, weights: WeightPlan | None = None
-                 ) -> SearchStack:
+                 study: Study | None = None, weights: WeightPlan | None = None,
+                 workload: str | None = None) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
     stack writes what it rejects and each stage's winner (None: nowhere, for a preview);
     ``study``: where Optuna keeps its study (None: in memory); ``weights``: which weights
     each stage's trials load (a staged search adds them per stage; any other search has one
-    stage, so its space pins them)."""
+    stage, so its space pins them); ``workload``: its kind, for the time estimate printed
+    with a budget sized from the space."""
     notes: list[str] = []
     weights = weights or WeightPlan()
     stage_pins = weights.stage_pins()
@@ -128,7 +129,8 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         stage_pins = {}
     samples, sized = budget(space, search, samples)
     if sized and not points:
-        notes.append(sized)
+        took = estimate(samples, objective.rounds, workload)
+        notes.append(sized + (f"; {took}" if took else ""))
     rejects = _RejectLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None
     if points:

@@ -1,19 +1,14 @@
 """Reading a space by machine: its levers in order of expected effect (the catalogue's
-``knobs.effect``), the one-at-a-time probes of a lever around a point, and the budget a
-space calls for. No Ray here."""
+``knobs.effect``) and the one-at-a-time probes of a lever around a point. No Ray here."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 from search_spaces import knobs
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.keys import Config
-
-# After the sweep, the model-based search gets as many trials again (at least this many).
-MODEL_TRIALS_MIN = 12
 
 
 def lever_order(space: SearchSpace, around: Mapping[str, Value] | None = None) -> list[str]:
@@ -55,31 +50,3 @@ def probes(space: SearchSpace, around: Mapping[str, Value], name: str) -> Iterat
     for value in value_order(space.domains[name]):
         if value != around.get(name) and (point := probe(space, around, name, value)) is not None:
             yield point
-
-
-def sweep_size(space: SearchSpace) -> int:
-    """Trials of one sweep from the baseline: every value of every knob but the unset one."""
-    return sum(len(values) - 1 for values in space.domains.values())
-
-
-@dataclass(frozen=True)
-class Budget:
-    trials: int
-    sweep: int
-    model: int
-    why: str
-
-
-def sized_budget(space: SearchSpace) -> Budget:
-    """The default search's budget for ``space``: the baseline, one sweep of every lever, and
-    as many trials again (at least MODEL_TRIALS_MIN) for the model-based search; never more
-    than the space's valid points."""
-    sweep = sweep_size(space)
-    model = max(MODEL_TRIALS_MIN, sweep)
-    total = 1 + sweep + model
-    valid = space.valid_size()
-    if valid is not None and valid < total:
-        return Budget(valid, sweep, max(0, valid - 1 - sweep),
-                      f"every one of the space's {valid} valid points")
-    return Budget(total, sweep, model, f"the baseline, {sweep} one-at-a-time values of "
-                  f"{len(space.domains)} knobs, {model} model-based")

@@ -61,13 +61,14 @@ class Verdict:
     ran: dict[str, str] = field(default_factory=dict)  # their other settings -> a trial they ran in
     paired: str | None = None  # a trial that ran the same configuration but this knob's value
 
-    def text(self) -> str:
+    def why(self) -> str:
         if self.paired:
-            why = f"the same configuration with another {self.setting[0]} ran in {self.paired}"
-        else:
-            why = "nothing else in common; its other settings ran: " + ", ".join(
-                f"{s} in {t}" for s, t in self.ran.items())
-        return f"{_show(self.setting)}: {self.kind} in {', '.join(self.trials)} ({why})"
+            return f"the same configuration with another {self.setting[0]} ran in {self.paired}"
+        return "the failures share no other setting; their other settings ran: " + ", ".join(
+            f"{s} in {t}" for s, t in self.ran.items())
+
+    def text(self) -> str:
+        return f"{_show(self.setting)}: {self.kind} in {', '.join(self.trials)} ({self.why()})"
 
 
 class FailureMemory:
@@ -128,7 +129,7 @@ class FailureMemory:
     def evidence(self) -> list[dict[str, Any]]:
         """Every setting ruled out now, with the failing trials and the evidence."""
         return [{"knob": v.setting[0], "value": json.loads(v.setting[1]), "kind": v.kind,
-                 "trials": list(v.trials), "evidence": v.text(),
+                 "trials": list(v.trials), "evidence": v.text(), "why": v.why(),
                  **({"paired": v.paired} if v.paired else {}), "ran": dict(v.ran)}
                 for v in self.verdicts()]
 

@@ -1,15 +1,20 @@
 """PairModel: the model-based part of the default search. A Bayesian linear model of the log
 of the metric with a term per setting and a term per pair of settings (two knobs that pay off
-only together are one pair term), fitted to every point measured; the next point is the best
-one under a draw from the posterior (Thompson sampling), or under its mean every other time.
-It reads the sweep's one-at-a-time points as they are meant: each one measures its setting's
-own term, and the pairs stay to be learnt.
+only together are one pair term), fitted to every point measured; the next point is the one
+with the largest expected improvement over the best measured, every other time among all
+candidates (what pays off anywhere: points that try many untried pairs at once), else among
+the one- and two-knob changes of the best point (what pays off from here). It reads the
+sweep's one-at-a-time points as they are meant: each measures its own setting's term, and
+the pairs are left to learn.
 
 Prior: each setting's term ~ N(0, s^2) with s from the catalogue (``knobs.effect``: a lever
 that can double a pass gets a wide prior, one that moves it 1% a narrow one); each pair's
-~ N(0, PAIR_SD^2). The candidates are every valid point of a space of up to ENUMERATE
-points, else a fixed sample of valid points plus, at each proposal, every one- and two-knob
-change of the best points measured. No Ray here; numpy only.
+~ N(0, PAIR_SD^2), wider where both knobs act on one mechanism (``knobs.joint``). The
+candidates are every valid point of a space of up to ENUMERATE points, else a fixed sample
+of valid points plus the one- and two-knob changes of the best points measured. This is
+Bayesian optimisation with a second-order linear surrogate over categorical settings (as in
+BOCS, Baptista and Poloczek 2018), with expected improvement in place of its Thompson
+sampling and a Gaussian prior in place of its horseshoe. No Ray here; numpy only.
 """
 
 from __future__ import annotations
@@ -26,9 +31,8 @@ from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.keys import Config
 
-import os
-PAIR_SD = float(os.environ.get("PAIR_SD", "0.04"))
-PAIR_SD_JOINT = float(os.environ.get("PAIR_SD_JOINT", "0.1"))  # a pair of settings moves the metric by a few percent, seldom more
+PAIR_SD = 0.04  # a pair of settings moves the metric by a few percent, seldom more
+PAIR_SD_JOINT = 0.1  # ... more often where both act on one mechanism (knobs.joint)
 NOISE_SD = 0.02  # one trial's mean, in log units
 ENUMERATE = 20_000  # spaces up to this size: every valid point is a candidate
 SAMPLED = 4_000  # larger spaces: this many valid points drawn once
@@ -40,7 +44,6 @@ class PairModel:
         self.space = space
         self.sign = 1.0 if mode == "max" else -1.0
         self.rng = random.Random(seed)
-        self.np_rng = np.random.default_rng(seed)
         self.names = list(space.domains)
         # a setting's index: 0 for a knob's unset value (no term), else 1.. per (knob, value)
         self.index: list[dict[str, int]] = []
@@ -180,17 +183,10 @@ class PairModel:
     def propose(self, allowed: Callable[[Config], bool]) -> Config | None:
         mean, factor = self._posterior()
         self.asks += 1
-        local = self.rows and self.asks % int(os.environ.get("LOCAL_EVERY", "2")) == 0
+        local = bool(self.rows) and self.asks % 2 == 0
         candidates = self._neighbours(self.rows[int(np.argmax(self.y))]) if local \
             else self._candidates()
-        how = os.environ.get("LOCAL_MODE" if local else "GLOBAL_MODE", "ei")
-        if how == "ei":
-            scores = self._expected_improvement(candidates, mean, factor)
-        else:
-            weights = mean if how == "mean" else \
-                mean + np.linalg.solve(factor.T, self.np_rng.standard_normal(mean.size))
-            weights[self.zero] = 0.0
-            scores = weights[self._features(candidates)].sum(axis=1)
+        scores = self._expected_improvement(candidates, mean, factor)
         for i in np.argsort(-scores, kind="stable"):
             config = self.decode(candidates[i])
             if allowed(config):
