@@ -2,18 +2,25 @@
 would, then lets a model search the rest.
 
 1. The baseline (nothing set).
-2. The sweep: each knob in order of expected effect (the catalogue's ``knobs.effect``: which
-   allreduce runs before NCCL's protocol, the protocol before channel counts), each of its
-   values one at a time on top of the best point measured so far. On a landscape whose knobs
-   do not interact this alone ends at the optimum, and it measures every value's own effect.
-   A value that fails there is tried once more on the baseline (unless it failed there
-   already): failing alone, it is ruled out by the failure memory; running there, it failed
-   only beside the other settings, and nothing is ruled out.
-3. The model: Optuna's multivariate TPE, seeded with everything measured, for the rest of the
-   budget; it finds what one knob at a time cannot (knobs that pay off only together).
+2. Sweeps: each knob in order of expected effect around the best point so far (the
+   catalogue's ``knobs.effect``: which allreduce runs before NCCL's protocol, the protocol
+   before channel counts, NCCL's knobs last where another backend carries the allreduces),
+   each of its values one at a time on top of that point (a numeric range from its ends
+   inwards). A value that beats the best by more than its knob was expected to move anything
+   is built on at once, the rest of its knob's values wait for the end of the pass. Where
+   values tie within the noise, the point with more knobs set is built on, so that each probe
+   also tries the other settings together. After a pass, every knob swept before another one
+   moved the best point (beyond the noise) is swept again, the narrowest winner first, until
+   nothing moves: coordinate descent. On a landscape whose knobs do not interact this ends at
+   the optimum.
+3. The model (``pairs.PairModel``: a term per setting and per pair of settings, fitted to
+   everything measured) for the rest of the budget: it finds what one knob at a time cannot,
+   two settings that pay off only together.
 
-Trials never repeat a measured point. Concurrent trials are fine: a probe is built on the
-best point known when it is proposed.
+A value that fails in a sweep beside other settings is tried once more alone on the
+baseline: failing there, the failure memory rules it out; running there, it failed only
+beside the others, and nothing is ruled out. Trials never repeat a measured point. Concurrent
+trials are fine: a probe is built on the best point known when it is proposed.
 """
 
 from __future__ import annotations

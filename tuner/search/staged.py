@@ -256,6 +256,17 @@ class StagedSearcher(OwnSpaceSearcher):
         if self.history_file is not None:
             write_json(self.history_file, self.history)
 
+    def not_launched(self, trial_id: str) -> None:
+        """The wrapping filter answered or refused this suggestion (a repeat, a value ruled
+        out): it is no launch, and no sample of the stage's budget."""
+        if self.config_of.pop(trial_id, None) is None:
+            return
+        self.live.discard(trial_id)
+        self.stage_of.pop(trial_id, None)
+        if self.run_of.pop(trial_id, None) == self.run and trial_id != self.reference:
+            self.used -= 1
+        self.trial_of = {k: t for k, t in self.trial_of.items() if t != trial_id}
+
     # ------------------------------------------------------------ results
     def _record(self, trial_id: str, result: dict) -> None:
         """A round's value, once. Ray hands the round that ends a trial (the last one, or one
