@@ -106,8 +106,7 @@ def budget(space: SearchSpace, search: str, samples: int | None) -> tuple[int, s
     if search == "grid":
         return space.size, f"budget: {space.size} trials, every point of the grid"
     sized = sized_budget(space)
-    return sized.trials, (f"budget: {sized.trials} trials, sized from the space ({sized.why}); "
-                          "--samples N sets it")
+    return sized.trials, f"budget: {sized.trials} trials, sized from the space ({sized.why})"
 
 
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
@@ -130,7 +129,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     samples, sized = budget(space, search, samples)
     if sized and not points:
         took = estimate(samples, objective.rounds, workload)
-        notes.append(sized + (f"; {took}" if took else ""))
+        notes.append(sized + (f"; {took}" if took else "") + "; --samples N sets it")
     rejects = _RejectLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None
     if points:
