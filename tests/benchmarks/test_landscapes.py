@@ -217,3 +217,47 @@ def test_search_efficiency_takes_the_kind_from_the_table(tmp_path: Path) -> None
                      out_dir=tmp_path)
     assert run.failing_launches <= 2 and run.ruled_out == ["NCCL_PROTO=Simple"]
     assert run.innocent == [] and run.first is not None
+
+
+# ---------------------------------------------------------------- machines with failures
+
+
+def test_the_founding_machine_has_one_backend_that_wins_and_three_that_crash() -> None:
+    from benchmarks.machines import founding_verify_ms
+
+    landscape = load_landscape("founding")
+    base = landscape.space.baseline()
+    ratio = founding_verify_ms(base) / founding_verify_ms({**base, "allreduce-backend": "pcie-ipc"})
+    assert round(ratio, 1) == 3.7  # the pass, 3.7x faster
+    assert landscape.culprits == {("allreduce-backend", v) for v in
+                                  ("torch-symm-mem", "nccl-symm-mem", "flashinfer-fusion")}
+    kinds = {landscape.failure({**base, "allreduce-backend": v}) for _, v in landscape.culprits}
+    assert len(kinds) == 3  # each its own way
+    assert all(p["allreduce-backend"] == "pcie-ipc" for p in valid_points(landscape.space)
+               if landscape.close(landscape.evaluate(p)))
+
+
+def test_the_needle_is_flat_but_for_one_pair() -> None:
+    landscape = load_landscape("needle")
+    base = landscape.space.baseline()
+    for name, values in landscape.space.domains.items():  # one at a time: within 1%
+        assert all(abs((landscape.evaluate({**base, name: v}) or 0) /
+                       (landscape.evaluate(base) or 1) - 1) < 0.011 for v in values)
+    both = {**base, "NCCL_PROTO": "LL128", "--flashinfer-allreduce-fusion-backend": "auto"}
+    assert landscape.close(landscape.evaluate(both))
+    assert not landscape.close(landscape.evaluate(base))
+
+
+def test_the_failures_landscape_has_every_shape_of_failure() -> None:
+    landscape = load_landscape("failures")
+    assert landscape.mode == "min" and landscape.metric == "verify_ms"
+    assert landscape.culprits == {("--flashinfer-allreduce-fusion-backend", "mnnvl"),
+                                  ("NCCL_MAX_NCHANNELS", 1),
+                                  ("--speculative-num-draft-tokens", 2)}
+    base = landscape.space.baseline()
+    pair = {**base, "NCCL_ALGO": "allreduce:tree", "NCCL_PROTO": "LL128"}
+    assert landscape.evaluate(pair) is None and landscape.failure(pair) == "nccl_invalid_usage"
+    assert landscape.innocent("NCCL_PROTO", "LL128") and landscape.innocent(
+        "NCCL_ALGO", "allreduce:tree")
+    assert landscape.failure({**base, "--flashinfer-allreduce-fusion-backend": "mnnvl"}) == \
+        "invalid_config"
