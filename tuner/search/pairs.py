@@ -31,7 +31,7 @@ from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.keys import Config
 
-PAIR_SD = 0.04  # a pair of settings moves the metric by a few percent, seldom more
+PAIR_SD = 0.07  # a pair of settings moves the metric by a few percent, seldom more
 PAIR_SD_JOINT = 0.1  # ... more often where both act on one mechanism (knobs.joint)
 NOISE_SD = 0.02  # one trial's mean, in log units
 ENUMERATE = 20_000  # spaces up to this size: every valid point is a candidate
