@@ -7,17 +7,22 @@ The table is a CSV file. Lines starting with ``#`` before the header say what it
 (``name=KNOB,KNOB; name=KNOB``: staged search's stages; default one stage per knob in column
 order), and free text such as ``source``, ``machine`` and ``command``. Then one row per
 configuration: a column per knob (the catalogue's names; ``default`` = unset), the metric
-column, and ``launches`` (how many measurements the value is the mean of). A knob that holds
-one value in every row is pinned. A point that is not in the table is not in the landscape:
-its space calls it invalid, so no searcher launches it. The baseline (every searched knob
-unset) must be in the table, as every servetune run measures it first.
+column, ``launches`` (how many measurements the value is the mean of, or how many launches
+failed) and ``kind``: empty where the configuration ran, else the failure kind it met (its
+metric cell empty). A knob that holds one value in every row is pinned. A point that is not
+in the table is not in the landscape: its space calls it invalid, so no searcher launches
+it; a point that failed is in it, and fails with its kind whenever a searcher launches it.
+The baseline (every searched knob unset) must be in the table and must run, as every
+servetune run measures it first.
 
     python -m benchmarks.landscape_table RUN_DIR --out TABLE.csv [--name NAME]
         [--metric M] [--mode max|min] [--stages SPEC] [--machine TEXT] [--command TEXT]
 
-takes the run's ``results.csv``: rows with status ``ok`` (every round ran), the search and
-confirm phases (not the speculative reference launch); repeated configurations become one
-row, their metric averaged. Metric and mode default to the run's objective (servetune.json).
+takes the run's ``results.csv``: the search and confirm phases (not the speculative reference
+launch), rows with status ``ok`` (every round ran) and ``failed`` (with their failure kind;
+kinds that say nothing about a configuration, a busy port or GPU, are left out). Repeated
+configurations become one row: the mean of those that ran, else the kind most of its
+failures had. Metric and mode default to the run's objective (servetune.json).
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from benchmarks.landscapes import Landscape, builtin_landscape
 from search_spaces.knobs import CATALOGUE, Value
 from search_spaces.space import SearchSpace, from_mapping
 from tuner.search.keys import config_key
+from tuner.search.memory import ENVIRONMENTAL
 
 LAUNCHES = "launches"
+KIND = "kind"
 UNSET = "default"
 
 
@@ -100,14 +107,19 @@ def load_table(path_text: str) -> Landscape:
     if not rows or metric not in rows[0]:
         raise ValueError(f"{where}: no rows with a {metric!r} column")
     names = [c for c in rows[0] if c in CATALOGUE]
-    points: dict[str, float] = {}
+    points: dict[str, float | str] = {}  # the metric, or the failure kind
     configs = []
     for number, row in enumerate(rows, start=2):
         config = {n: parse_value(row[n]) for n in names}
         key = config_key(config)
         if key in points:
             raise ValueError(f"{where}: row {number}: configuration measured twice")
-        points[key] = float(row[metric])
+        kind = (row.get(KIND) or "").strip()
+        try:
+            points[key] = kind or float(row[metric])
+        except ValueError:
+            raise ValueError(f"{where}: row {number}: {metric} {row[metric]!r} is not a "
+                             f"number and no failure kind is given") from None
         configs.append(config)
     domains: dict[str, list[Value]] = {}
     pins: dict[str, Value] = {}
@@ -127,60 +139,81 @@ def load_table(path_text: str) -> Landscape:
     # a knob unset in every row is absent from the space: the keys drop it too
     measured = {config_key(space.complete({n: v for n, v in c.items() if n in space.domains}))
                 : points[config_key(c)] for c in configs}
-    if config_key(space.baseline()) not in measured:
-        raise ValueError(f"{where}: the baseline (every knob unset) is not in the table")
+    if not isinstance(measured.get(config_key(space.baseline())), float):
+        raise ValueError(f"{where}: the baseline (every knob unset) is not in the table as "
+                         "a configuration that ran")
     space = MeasuredSpace(space.name, space.domains, space.pins, space.stages,
                           space.description, space.source, measured=frozenset(measured))
 
     def evaluate(config: Mapping[str, Value]) -> float | None:
-        return measured[config_key(space.complete(config))]
+        point = measured[config_key(space.complete(config))]
+        return point if isinstance(point, float) else None
+
+    def failure(config: Mapping[str, Value]) -> str:
+        return str(measured[config_key(space.complete(config))])
 
     about = "; ".join(f"{k} {meta[k]}" for k in ("source", "machine", "command") if k in meta)
     return Landscape(space.name, space, evaluate, f"measured: {about}" if about else "measured",
-                     metric=metric, mode=meta.get("mode", "max"))
+                     metric=metric, mode=meta.get("mode", "max"), failure=failure)
 
 
 # ---------------------------------------------------------------- run folder -> table
 
 
-def table_from_run(rows: Sequence[Mapping[str, str]], metric: str
-                   ) -> tuple[list[str], list[tuple[list[str], float, int]]]:
+Row = tuple[list[str], float | None, int, str]  # cells, mean metric, launches, failure kind
+
+
+def table_from_run(rows: Sequence[Mapping[str, str]], metric: str) -> tuple[list[str], list[Row]]:
     """The knob columns and, per configuration (first-launch order), its cells, mean metric
-    and launches, from results.csv rows."""
+    (None where every launch failed), launches and failure kind, from results.csv rows."""
     if not rows:
         raise ValueError("results.csv has no rows")
     if metric not in rows[0]:
         raise ValueError(f"results.csv has no {metric!r} column")
     names = [c for c in rows[0] if c in CATALOGUE]
-    sums: dict[tuple[str, ...], list[float]] = {}
+    ran: dict[tuple[str, ...], list[float]] = {}
+    failed: dict[tuple[str, ...], list[str]] = {}
     for row in rows:
-        if row.get("status") != "ok" or row.get("variant") or row.get("phase") not in (
-                "search", "confirm", "", None):
+        if row.get("variant") or row.get("phase") not in ("search", "confirm", "", None):
+            continue
+        cells = tuple(show_value(parse_value(row[n])) for n in names)
+        if row.get("status") == "failed":
+            kind = (row.get("failure_kind") or "crashed").strip()
+            if kind not in ENVIRONMENTAL:
+                failed.setdefault(cells, []).append(kind)
+                ran.setdefault(cells, [])
+            continue
+        if row.get("status") != "ok":
             continue
         try:
             value = float(row[metric])
         except (TypeError, ValueError):
             continue
-        if value != value:
-            continue
-        cells = tuple(show_value(parse_value(row[n])) for n in names)
-        sums.setdefault(cells, []).append(value)
-    if not sums:
+        if value == value:
+            ran.setdefault(cells, []).append(value)
+    if not any(ran.values()):
         raise ValueError(f"no trial with status ok and a {metric!r} value")
-    return names, [(list(c), sum(v) / len(v), len(v)) for c, v in sums.items()]
+    out: list[Row] = []
+    for cells, values in ran.items():
+        if values:
+            out.append((list(cells), sum(values) / len(values), len(values), ""))
+        else:
+            kinds = failed[cells]
+            out.append((list(cells), None, len(kinds), max(kinds, key=kinds.count)))
+    return names, out
 
 
 def write_table(path: Path, meta: Mapping[str, str], names: Sequence[str], metric: str,
-                rows: Sequence[tuple[Sequence[str], float, int]]) -> None:
+                rows: Sequence[Row]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         f.write("# servetune landscape table: one row per measured configuration\n")
         for key, text in meta.items():
             f.write(f"# {key}: {' '.join(text.split())}\n")
         writer = csv.writer(f, lineterminator="\n")
-        writer.writerow([*names, metric, LAUNCHES])
-        for cells, value, launches in rows:
-            writer.writerow([*cells, f"{value:.8g}", launches])
+        writer.writerow([*names, metric, LAUNCHES, KIND])
+        for cells, value, launches, kind in rows:
+            writer.writerow([*cells, "" if value is None else f"{value:.8g}", launches, kind])
 
 
 def _run_objective(run_dir: Path) -> tuple[str | None, str | None, str | None]:
@@ -229,17 +262,20 @@ def main(argv: list[str] | None = None) -> int:
     with (args.run_dir / "results.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     names, table = table_from_run(rows, metric)
-    ok = sum(n for *_, n in table)
+    ok = sum(n for _, value, n, _ in table if value is not None)
+    failed = sum(n for _, value, n, _ in table if value is None)
     meta = {"landscape": args.name or args.out.stem, "metric": metric, "mode": mode,
             **({"stages": stages} if stages else {}),
-            "source": f"{args.run_dir.name}/results.csv, {ok} ok trials of {len(rows)}",
+            "source": f"{args.run_dir.name}/results.csv, {ok} ok trials and {failed} failed "
+                      f"of {len(rows)}",
             **({"machine": args.machine} if args.machine else {}),
             **({"command": args.command} if args.command else {})}
     write_table(args.out, meta, names, metric, table)
     landscape = load_table(str(args.out))
-    print(f"{args.out}: {len(table)} configurations, {landscape.space.size} points in the "
-          f"space; optimum {landscape.optimum:.6g} {metric} ({mode}), {landscape.within} "
-          f"within 2%")
+    failing = sum(value is None for _, value, _, _ in table)
+    print(f"{args.out}: {len(table)} configurations ({failing} that failed), "
+          f"{landscape.space.size} points in the space; optimum {landscape.optimum:.6g} "
+          f"{metric} ({mode}), {landscape.within} within 2%")
     return 0
 
 

@@ -33,8 +33,14 @@ from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace, from_mapping, load
 
 Config = Mapping[str, Value]
-Evaluate = Callable[[Config], float | None]  # None: the configuration crashes at startup
+Evaluate = Callable[[Config], float | None]  # None: the configuration fails
+Failure = Callable[[Config], str]  # the failure kind of a configuration that fails
 CLOSE = 0.02  # "within 2% of the optimum"
+CRASH_KIND = "graph_capture"  # what servetune calls the stand-in's crash (a global Tree)
+
+
+def crash(config: Config) -> str:
+    return CRASH_KIND
 
 
 @dataclass(frozen=True)
@@ -45,16 +51,44 @@ class Landscape:
     about: str
     metric: str = "tok/s"
     mode: str = "max"
-    crashing: tuple[str, Value] | None = None  # a knob value that always crashes, if any
+    failure: Failure = field(default=crash, repr=False)  # the kind, where evaluate is None
 
     @cached_property
+    def _survey(self) -> tuple[list[float], dict[tuple[str, str], int], int]:
+        """Every valid point once: the metrics of those that run, and per setting how many
+        of its points run (-1: the setting is on no valid point)."""
+        values: list[float] = []
+        running: dict[tuple[str, str], int] = {}
+        count = 0
+        for point in valid_points(self.space):
+            count += 1
+            value = self.evaluate(point)
+            for name in self.space.domains:
+                key = (name, repr(point[name]))
+                running[key] = running.get(key, 0) + (value is not None)
+            if value is not None:
+                values.append(value)
+        return values, running, count
+
+    @property
     def values(self) -> list[float]:
-        """The metric of every valid point that does not crash."""
-        return [v for point in valid_points(self.space) if (v := self.evaluate(point)) is not None]
+        """The metric of every valid point that does not fail."""
+        return self._survey[0]
+
+    @property
+    def valid(self) -> int:
+        return self._survey[2]
 
     @cached_property
-    def valid(self) -> int:
-        return sum(1 for _ in valid_points(self.space))
+    def culprits(self) -> frozenset[tuple[str, Value]]:
+        """Settings that fail wherever they are: every valid point with them fails."""
+        return frozenset((name, value) for name, values in self.space.domains.items()
+                         for value in values
+                         if self._survey[1].get((name, repr(value)), -1) == 0)
+
+    def innocent(self, name: str, value: Value) -> bool:
+        """A setting some valid point with it runs (ruling it out would be wrong)."""
+        return self._survey[1].get((name, repr(value)), 0) > 0
 
     @cached_property
     def optimum(self) -> float:
@@ -140,8 +174,7 @@ def _cost_model(name: str) -> Landscape:
     else:
         space = load(name)
         about = "the shipped preset on the stand-in's cost model (separable)"
-    return Landscape(name, space, cost_model_tok_s, about,
-                     crashing=TREE if name == "bench+tree" else None)
+    return Landscape(name, space, cost_model_tok_s, about)
 
 
 # ---------------------------------------------------------------- a toy verify server
@@ -228,7 +261,8 @@ TOYS: dict[str, tuple[ToyServer, str]] = {
     "plateau": (ToyServer(n_allreduce=20), "toy server with little communication (separable)"),
 }
 COST_MODEL = ("bench", "bench+tree", "verify-campaign")
-NAMES = (*COST_MODEL, *TOYS)
+MACHINES = ("founding", "needle", "failures")  # benchmarks/machines.py
+NAMES = (*COST_MODEL, *TOYS, *MACHINES)
 
 
 def builtin_landscape(name: str) -> Landscape:
@@ -239,6 +273,10 @@ def builtin_landscape(name: str) -> Landscape:
         server, about = TOYS[name]
         space = from_mapping({**WIDE_SPACE, "name": name}, "benchmarks/landscapes.py")
         return Landscape(name, space, server.tok_s, about)
+    if name in MACHINES:
+        from benchmarks.machines import machine_landscape
+
+        return machine_landscape(name)
     raise ValueError(f"unknown landscape {name!r}; landscapes: {', '.join(NAMES)}, table:PATH")
 
 

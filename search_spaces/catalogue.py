@@ -236,3 +236,59 @@ PRIMITIVES: dict[str, Knob] = {k.name: k for k in [*_NCCL, *_NETWORK, *_SGLANG_F
 
 SPECULATIVE_KNOBS = ("--speculative-num-steps", "--speculative-eagle-topk",
                      "--speculative-num-draft-tokens")
+
+# ---------------------------------------------------------------- expected effect
+
+# How much one knob can change a verify pass, as a factor: what the default search reads the
+# space in order of (the largest levers first). Three classes, from measurements:
+# - LARGE (2x or more): which allreduce runs and whether GPUs talk peer to peer. The founding
+#   case (peers.md: 8 PCIe GPUs, 25 of a 30 ms verify pass in NCCL allreduce) moves by
+#   several times with the backend; NCCL_P2P_LEVEL=LOC sends every byte through the host.
+# - MEDIUM (tens of percent): NCCL's protocol and algorithm (NCCL_PROTO=Simple cost 11.6% of
+#   the pass on two H200s, BENCHMARKS.md), NVLink multicast, the speculative shape (it sets
+#   both the accept length and the verify batch), CUDA graph coverage, torch.compile.
+# - SMALL (about 1%): channels, buffer and thread counts, graph mixing, size thresholds
+#   (4 channels 1.2%, NCCL_GRAPH_MIXING_SUPPORT=0 0.8-1.4% of the pass, BENCHMARKS.md).
+# A knob not listed (an open knob a space declares) is taken as MEDIUM.
+LARGE, MEDIUM, SMALL = 2.0, 1.1, 1.01
+NOT_SEARCHED = 1.0  # how the server starts (weights, warm-up), not how it communicates
+EFFECTS: dict[str, float] = {
+    "allreduce-backend": LARGE,  # the composite (composite.py): one backend for the TP group
+    "--disable-custom-all-reduce": LARGE,
+    "--enable-torch-symm-mem": LARGE,
+    "--enable-symm-mem": LARGE,
+    "--enable-mscclpp": LARGE,
+    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": LARGE,
+    "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": LARGE,
+    "SGLANG_USE_1STAGE_ALLREDUCE": LARGE,
+    "--flashinfer-allreduce-fusion-backend": LARGE,
+    "--enforce-disable-flashinfer-allreduce-fusion": LARGE,
+    "NCCL_P2P_LEVEL": LARGE,
+    "NCCL_ALGO": MEDIUM,
+    "NCCL_PROTO": MEDIUM,
+    "NCCL_NVLS_ENABLE": MEDIUM,
+    "--enable-nccl-nvls": MEDIUM,
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": MEDIUM,
+    "NVSHMEM_DISABLE_NVLS": MEDIUM,
+    "--enable-fused-moe-sum-all-reduce": MEDIUM,
+    "--enable-torch-compile": MEDIUM,
+    "--cuda-graph-max-bs-decode": MEDIUM,
+    "--cuda-graph-bs-decode": MEDIUM,
+    "--speculative-num-steps": MEDIUM,
+    "--speculative-eagle-topk": MEDIUM,
+    "--speculative-num-draft-tokens": MEDIUM,
+    "NCCL_MIN_NCHANNELS": SMALL,
+    "NCCL_MAX_NCHANNELS": SMALL,
+    "NCCL_BUFFSIZE": SMALL,
+    "NCCL_NTHREADS": SMALL,
+    "NCCL_GRAPH_MIXING_SUPPORT": SMALL,
+    "NCCL_CUMEM_ENABLE": SMALL,
+    "SGLANG_PCIE_IPC_MAX_NUMEL": SMALL,
+    "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB": SMALL,
+    "SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PULL_SIZE_KB": SMALL,
+    "SGLANG_FORCE_CUSTOM_ALL_REDUCE_V2_PUSH_SIZE_KB": SMALL,
+    "--load-format": NOT_SEARCHED,
+    "--speculative-draft-load-format": NOT_SEARCHED,
+    "--skip-server-warmup": NOT_SEARCHED,
+    "weights": NOT_SEARCHED,
+}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
-from search_spaces.catalogue import PRIMITIVES, SPECULATIVE_KNOBS
+from search_spaces.catalogue import EFFECTS, MEDIUM, PRIMITIVES, SMALL, SPECULATIVE_KNOBS
 from search_spaces.composite import (
     ALLREDUCE_BACKEND,
     COMPOSITES,
@@ -38,7 +38,7 @@ __all__ = [
     "ALLREDUCE_BACKEND", "CATALOGUE", "COMPOSITES", "DUMMY", "NCCL_ALGORITHMS",
     "NCCL_COLLECTIVES", "NCCL_PROTOCOLS", "SPECULATIVE_KNOBS", "WEIGHTS", "Config", "Group",
     "Knob", "KnobKind", "Source", "UnknownKnob", "Value", "canonical_name", "check_config",
-    "config_warnings", "expand_config", "get", "is_global_selector", "primitive_names",
+    "config_warnings", "effect", "expand_config", "get", "is_global_selector", "primitive_names",
     "renderer", "selector_for", "weights_of", "without_weights",
 ]
 
@@ -110,3 +110,45 @@ def renderer(name: str) -> Knob:
     kind = KnobKind.FLAG if name.startswith("--") else KnobKind.ENV
     return Knob(name, kind, Group.OPEN, "declared by a space", (), lambda value: None,
                 source=Source.SGLANG_FLAG if kind is KnobKind.FLAG else Source.ENV, declared=True)
+
+
+def effect(name: str, config: Mapping[str, Value] | None = None) -> float:
+    """How much the knob can change a verify pass, as a factor (catalogue.EFFECTS: 2.0, 1.1
+    or 1.01); a knob the catalogue does not rate (an open knob) counts as a middle one. With
+    ``config``: NCCL's own knobs act only on what NCCL carries, so where the config sends
+    the verify pass's allreduces elsewhere (PCIe-IPC, torch symmetric memory, MSCCL++, a
+    FlashInfer fusion backend) they count as small."""
+    rated = EFFECTS.get(name, MEDIUM)
+    knob = CATALOGUE.get(name)
+    if config is not None and knob is not None and knob.group is Group.NCCL \
+            and not nccl_carries_allreduce(config):
+        return min(rated, SMALL)
+    return rated
+
+
+def nccl_carries_allreduce(config: Mapping[str, Value]) -> bool:
+    """False where the config turns on a backend SGLang tries before NCCL for the verify
+    pass's allreduces (composite.py has SGLang's order)."""
+    flags = expand_config(config)
+    fused = flags.get("--flashinfer-allreduce-fusion-backend") is not None \
+        and not flags.get("--enforce-disable-flashinfer-allreduce-fusion")
+    return not (fused or flags.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == 1
+                or flags.get("--enable-torch-symm-mem") is True
+                or flags.get("--enable-mscclpp") is True)
+
+
+# Mechanisms: knobs that act on the same thing pay off jointly more often than others (NCCL's
+# algorithm, protocol and channel count are one choice in NCCL's own tuning; the backend and
+# fusion decide which allreduce runs, so whether NCCL's knobs act at all).
+_MECHANISM = {Group.NCCL: "nccl", Group.MULTICAST: "nccl", Group.ALLREDUCE: "allreduce",
+              Group.FUSION: "allreduce", Group.SPECULATIVE: "speculative", Group.GRAPH: "graph"}
+_RELATED = {frozenset({"nccl", "allreduce"})}
+
+
+def joint(a: str, b: str) -> bool:
+    """Whether two knobs act on one mechanism (or on two that decide each other)."""
+    ka, kb = CATALOGUE.get(a), CATALOGUE.get(b)
+    if ka is None or kb is None:
+        return False
+    ma, mb = _MECHANISM.get(ka.group), _MECHANISM.get(kb.group)
+    return ma is not None and mb is not None and (ma == mb or frozenset({ma, mb}) in _RELATED)

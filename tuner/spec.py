@@ -72,11 +72,12 @@ class ExperimentSpec(BaseModel):
     space: str = DEFAULT_PRESET
     pins: dict[str, Value] = {}
     workload: AnyWorkloadArgs = Field(default_factory=default_args)  # type: ignore[assignment]
-    search: Literal["random", "grid", "optuna", "staged"] = "random"
+    search: Literal["auto", "random", "grid", "optuna", "staged"] = "auto"
     stage_search: Literal["random", "grid", "optuna"] = "random"
     failure_aware: bool = True
     scheduler: Literal["asha", "median", "fifo"] = "asha"
-    samples: int = Field(12, ge=1)
+    samples: int | None = Field(None, ge=1, description="trials, the baseline included; "
+                                "None: sized from the space (tuner/search/levers.py)")
     rounds: int = Field(6, ge=1)
     metric: str | None = None
     mode: Literal["max", "min"] | None = None

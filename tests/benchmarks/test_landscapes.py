@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks import landscape_table
-from benchmarks.landscape_table import load_landscape, load_table, table_from_run, write_table
+from benchmarks.landscape_table import (
+    Row,
+    load_landscape,
+    load_table,
+    table_from_run,
+    write_table,
+)
 from benchmarks.landscapes import (
     Landscape,
     best_depends_on,
@@ -74,19 +80,19 @@ def test_statistics_count_never_reached_as_the_budget() -> None:
 
 KNOBS = ["NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE"]
 # a made-up table (test data, not a measurement): a 3 x 3 grid less ring + Simple
-SYNTHETIC = [
-    (["default", "default", "0"], 100.0, 1),
-    (["allreduce:ring", "default", "0"], 101.0, 1),
-    (["allreduce:tree", "default", "0"], 103.0, 1),
-    (["default", "LL", "0"], 102.0, 1),
-    (["default", "Simple", "0"], 99.0, 1),
-    (["allreduce:ring", "LL", "0"], 104.0, 1),
-    (["allreduce:tree", "LL", "0"], 110.0, 2),
-    (["allreduce:tree", "Simple", "0"], 95.0, 1),
+SYNTHETIC: list[Row] = [
+    (["default", "default", "0"], 100.0, 1, ""),
+    (["allreduce:ring", "default", "0"], 101.0, 1, ""),
+    (["allreduce:tree", "default", "0"], 103.0, 1, ""),
+    (["default", "LL", "0"], 102.0, 1, ""),
+    (["default", "Simple", "0"], 99.0, 1, ""),
+    (["allreduce:ring", "LL", "0"], 104.0, 1, ""),
+    (["allreduce:tree", "LL", "0"], 110.0, 2, ""),
+    (["allreduce:tree", "Simple", "0"], 95.0, 1, ""),
 ]
 
 
-def _table(tmp_path: Path, rows: list[tuple[list[str], float, int]] = SYNTHETIC,
+def _table(tmp_path: Path, rows: list[Row] = SYNTHETIC,
            stages: str | None = "allreduce=NCCL_ALGO; proto=NCCL_PROTO") -> Path:
     path = tmp_path / "synthetic.csv"
     meta = {"landscape": "synthetic", "metric": "est_tok_s", "mode": "max",
@@ -134,14 +140,22 @@ def test_table_needs_the_baseline_and_distinct_rows(tmp_path: Path) -> None:
 def _results_csv(folder: Path) -> None:
     """A results.csv as servetune writes it (the columns that matter here); values invented."""
     head = ["trial_id", "order", "phase", "variant", "stage", "baseline", "status", "rounds",
-            "score", "NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "est_tok_s", "verify_ms"]
+            "score", "NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "est_tok_s", "verify_ms",
+            "failure_kind"]
     rows = [
-        ["a", 0, "search", "", "", True, "ok", 6, 100, "default", "default", 0, 100, 20],
-        ["b", 1, "search", "", "", False, "ok", 6, 104, "allreduce:ring", "LL", 0, 104, 19],
-        ["c", 2, "search", "", "", False, "stopped", 1, 90, "allreduce:ring", "Simple", 0, 90, 22],
-        ["d", 3, "search", "", "", False, "failed", 0, "", "Tree", "default", 0, "", ""],
-        ["e", 4, "confirm", "", "", False, "ok", 6, 102, "allreduce:ring", "LL", 0, 102, 19.5],
-        ["f", 5, "confirm", "", "", True, "ok", 6, 101, "default", "default", 0, 101, 20],
+        ["a", 0, "search", "", "", True, "ok", 6, 100, "default", "default", 0, 100, 20, ""],
+        ["b", 1, "search", "", "", False, "ok", 6, 104, "allreduce:ring", "LL", 0, 104, 19, ""],
+        ["c", 2, "search", "", "", False, "stopped", 1, 90, "allreduce:ring", "Simple", 0, 90,
+         22, ""],
+        ["d", 3, "search", "", "", False, "failed", 0, "", "Tree", "default", 0, "", "",
+         "graph_capture"],
+        ["e", 4, "confirm", "", "", False, "ok", 6, 102, "allreduce:ring", "LL", 0, 102, 19.5, ""],
+        ["f", 5, "confirm", "", "", True, "ok", 6, 101, "default", "default", 0, 101, 20, ""],
+        ["g", 6, "search", "", "", False, "failed", 0, "", "allreduce:tree", "LL", 0, "", "", ""],
+        ["h", 7, "search", "", "", False, "failed", 0, "", "allreduce:tree", "Simple", 0, "", "",
+         "port_busy"],  # says nothing about the configuration: left out
+        ["i", 8, "search", "", "", False, "failed", 0, "", "allreduce:ring", "LL", 0, "", "",
+         "crashed"],  # it ran twice: the table keeps what it measured
     ]
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "results.csv").open("w", newline="") as f:
@@ -154,8 +168,10 @@ def test_run_folder_becomes_a_table(tmp_path: Path) -> None:
     with (run / "results.csv").open(newline="") as f:
         names, rows = table_from_run(list(csv.DictReader(f)), "est_tok_s")
     assert names == KNOBS
-    assert rows == [(["default", "default", "0"], 100.5, 2),
-                    (["allreduce:ring", "LL", "0"], 103.0, 2)]
+    assert rows == [(["default", "default", "0"], 100.5, 2, ""),
+                    (["allreduce:ring", "LL", "0"], 103.0, 2, ""),
+                    (["Tree", "default", "0"], None, 1, "graph_capture"),
+                    (["allreduce:tree", "LL", "0"], None, 1, "crashed")]
 
 
 def test_table_command_takes_the_runs_objective_and_stages(tmp_path: Path,
@@ -170,7 +186,78 @@ def test_table_command_takes_the_runs_objective_and_stages(tmp_path: Path,
     assert meta["metric"] == "est_tok_s" and meta["mode"] == "max"  # the proxy's objective
     assert meta["stages"].startswith("allreduce=allreduce-backend,NCCL_ALGO,NCCL_PROTO; channels=")
     assert meta["command"] == "servetune run" and meta["landscape"] == "h"
-    assert [r["launches"] for r in rows] == ["2", "2"]
-    assert "2 configurations" in capsys.readouterr().out
+    assert [r["launches"] for r in rows] == ["2", "2", "1", "1"]
+    assert [r["kind"] for r in rows] == ["", "", "graph_capture", "crashed"]
+    assert "4 configurations (2 that failed)" in capsys.readouterr().out
     landscape = load_table(str(out))
     assert landscape.optimum == pytest.approx(103.0)
+
+
+def test_a_table_holds_failures_with_their_kinds(tmp_path: Path) -> None:
+    rows: list[Row] = [*SYNTHETIC, (["allreduce:ring", "Simple", "0"], None, 2, "nccl_error")]
+    landscape = load_table(str(_table(tmp_path, rows)))
+    crash = {"NCCL_ALGO": "allreduce:ring", "NCCL_PROTO": "Simple"}
+    assert landscape.valid == 9 and not landscape.space.validate(crash)
+    assert landscape.evaluate(crash) is None and landscape.failure(crash) == "nccl_error"
+    assert landscape.culprits == frozenset()  # ring and Simple each run elsewhere
+    assert landscape.optimum == 110.0
+
+
+def test_search_efficiency_takes_the_kind_from_the_table(tmp_path: Path) -> None:
+    """An always-invalid value in a table: the failure memory learns it from the table's
+    kind, and the default search launches it at most twice (beside the best point, then
+    alone on the baseline)."""
+    rows: list[Row] = [r for r in SYNTHETIC if r[0][1] != "Simple"] + [
+        (["default", "Simple", "0"], None, 1, "invalid_config"),
+        (["allreduce:ring", "Simple", "0"], None, 1, "invalid_config"),
+        (["allreduce:tree", "Simple", "0"], None, 1, "invalid_config")]
+    landscape = load_table(str(_table(tmp_path, rows)))
+    assert landscape.culprits == frozenset({("NCCL_PROTO", "Simple")})
+    run = run_search(landscape, "auto", seed=0, budget=20, rounds=2, noise=0.0,
+                     out_dir=tmp_path)
+    assert run.failing_launches <= 2 and run.ruled_out == ["NCCL_PROTO=Simple"]
+    assert run.innocent == [] and run.first is not None
+
+
+# ---------------------------------------------------------------- machines with failures
+
+
+def test_the_founding_machine_has_one_backend_that_wins_and_three_that_crash() -> None:
+    from benchmarks.machines import founding_verify_ms
+
+    landscape = load_landscape("founding")
+    base = landscape.space.baseline()
+    ratio = founding_verify_ms(base) / founding_verify_ms({**base, "allreduce-backend": "pcie-ipc"})
+    assert round(ratio, 1) == 3.7  # the pass, 3.7x faster
+    assert landscape.culprits == {("allreduce-backend", v) for v in
+                                  ("torch-symm-mem", "nccl-symm-mem", "flashinfer-fusion")}
+    kinds = {landscape.failure({**base, "allreduce-backend": v}) for _, v in landscape.culprits}
+    assert len(kinds) == 3  # each its own way
+    assert all(p["allreduce-backend"] == "pcie-ipc" for p in valid_points(landscape.space)
+               if landscape.close(landscape.evaluate(p)))
+
+
+def test_the_needle_is_flat_but_for_one_pair() -> None:
+    landscape = load_landscape("needle")
+    base = landscape.space.baseline()
+    for name, values in landscape.space.domains.items():  # one at a time: within 1%
+        assert all(abs((landscape.evaluate({**base, name: v}) or 0) /
+                       (landscape.evaluate(base) or 1) - 1) < 0.011 for v in values)
+    both = {**base, "NCCL_PROTO": "LL128", "--flashinfer-allreduce-fusion-backend": "auto"}
+    assert landscape.close(landscape.evaluate(both))
+    assert not landscape.close(landscape.evaluate(base))
+
+
+def test_the_failures_landscape_has_every_shape_of_failure() -> None:
+    landscape = load_landscape("failures")
+    assert landscape.mode == "min" and landscape.metric == "verify_ms"
+    assert landscape.culprits == {("--flashinfer-allreduce-fusion-backend", "mnnvl"),
+                                  ("NCCL_MAX_NCHANNELS", 1),
+                                  ("--speculative-num-draft-tokens", 2)}
+    base = landscape.space.baseline()
+    pair = {**base, "NCCL_ALGO": "allreduce:tree", "NCCL_PROTO": "LL128"}
+    assert landscape.evaluate(pair) is None and landscape.failure(pair) == "nccl_invalid_usage"
+    assert landscape.innocent("NCCL_PROTO", "LL128") and landscape.innocent(
+        "NCCL_ALGO", "allreduce:tree")
+    assert landscape.failure({**base, "--flashinfer-allreduce-fusion-backend": "mnnvl"}) == \
+        "invalid_config"

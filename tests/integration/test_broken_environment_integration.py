@@ -42,7 +42,7 @@ def test_a_server_that_cannot_start_stops_the_search(tmp_path: Path) -> None:
     assert f"{exp.out / baseline / 'plan.json'}" in out
     # Nothing ruled out, nothing decided, nothing confirmed; what was measured is kept.
     assert not (exp.out / "ruled_out.json").exists()
-    assert "ruled out after repeated failures" not in out
+    assert "ruled out on evidence" not in out
     assert not (exp.out / "best.json").exists() and not (exp.out / "confirm.json").exists()
     verdict = json.loads((exp.out / "broken_environment.json").read_text())
     assert (verdict["reason"], verdict["kind"], verdict["trials"]) == \

@@ -42,10 +42,15 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--space", default=DEFAULT_PRESET, help="preset name or YAML file")
     g.add_argument("--pin", action="append", default=[], metavar="NAME=VALUE",
                    help="fix a knob (repeatable), e.g. NCCL_NVLS_ENABLE=0")
-    g.add_argument("--search", choices=["random", "grid", "optuna", "staged"], default="random")
+    g.add_argument("--search", choices=["auto", "random", "grid", "optuna", "staged"],
+                   default="auto", help="auto (the default): the baseline, each knob's values "
+                   "one at a time, largest expected effect first, then a model of every pair "
+                   "of settings picks the rest")
     g.add_argument("--stage-search", choices=["random", "grid", "optuna"], default="random",
                    help="searcher inside each stage of --search staged")
-    g.add_argument("--samples", type=int, default=12, help="trials, the baseline included")
+    g.add_argument("--samples", type=int, default=None,
+                   help="trials, the baseline included (default: sized from the space, and "
+                   "printed with a time estimate before the first launch)")
     g.add_argument("--rounds", type=int, default=6, help="benchmark rounds per trial")
     g.add_argument("--scheduler", choices=["asha", "median", "fifo"], default="asha")
     g.add_argument("--metric", help="default: the workload's (output_throughput / est_tok_s)")

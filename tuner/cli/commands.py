@@ -130,12 +130,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     stack = build_search(setup.space, setup.objective, search=spec.search,
                          stage_search=spec.stage_search, samples=spec.samples, seed=spec.seed,
                          failure_aware=spec.failure_aware, max_concurrent=1, out_dir=None,
-                         points=spec.points or None, weights=setup.weights)
+                         points=spec.points or None, weights=setup.weights,
+                         workload=setup.workload.kind)
     port = spec.workload.port or spec.workload.production_port or 30000
     if not args.json:
         for note in [*notes, *stack.notes]:
             print(f"# {note}")
-        if spec.search in ("staged", "optuna"):
+        if spec.search in ("auto", "staged", "optuna"):
             print(f"# {spec.search}: later proposals depend on measured results; shown as "
                   "proposed before any result (staged: earlier stages' winners = baseline)")
     for index, (trial_id, config) in enumerate(proposals(stack, stack.num_samples)):

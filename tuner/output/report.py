@@ -58,6 +58,7 @@ class Facts:
     levels_text: str = ""
     startup: Table = field(default_factory=list)  # time to ready per stage and weights
     campaign: list[str] = field(default_factory=list)  # wall time, what random weights saved
+    ruled_out: Table = field(default_factory=list)  # setting, kind, failing trials, evidence
 
 
 def _cell(value: Any) -> str:
@@ -87,7 +88,8 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
            ["search", spec.search + (f" (stages searched by {spec.stage_search})"
                                      if spec.search == "staged" else "")
             + (", failure-aware" if spec.failure_aware else "")],
-           ["trials", f"{spec.samples} (the baseline first), {spec.rounds} benchmark rounds each"],
+           ["trials", f"{spec.samples or 'sized from the space'} (the baseline first), "
+                      f"{spec.rounds} benchmark rounds each"],
            ["early stopping", spec.scheduler],
            ["objective", f"{objective.metric} ({objective.mode}imize), mean over a trial's rounds"],
            ["confirm", f"top {spec.confirm_top} and the baseline, {spec.confirm} fresh launches "
@@ -131,9 +133,7 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                          " ".join(str(first.get("failure") or "").split())[:300],
                          _cell(first.get("hint")) if isinstance(first.get("hint"), str) else "-"])
     notes = []
-    for item in read_json(out / RULED_OUT_JSON) or []:
-        notes.append(f"ruled out after repeated failures: {item.get('knob')}={item.get('value')} "
-                     f"({item.get('kind')})")
+    ruled_out = ruled_out_table(read_json(out / RULED_OUT_JSON) or [])
     if setup.dropped:
         notes.append(f"not modelled by the {setup.workload.kind} workload, left at default: "
                      f"{', '.join(setup.dropped)}")
@@ -152,7 +152,21 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                  str(decision.get("kind") or "none"), chosen,
                  [ln for ln in confirm_lines(confirm_data or {}) if ln.startswith("  ")
                   or ln.startswith("confirm")], spec_text, top, failures, notes, counts,
-                 *level_table(setup, df, confirm_data), startup, campaign)
+                 *level_table(setup, df, confirm_data), startup, campaign, ruled_out)
+
+
+def ruled_out_table(items: Sequence[Mapping[str, Any]]) -> Table:
+    """What the failure memory ruled out (ruled_out.json), each with its evidence: the failing
+    trials and the trials that cleared the rest of their settings."""
+    if not items:
+        return []
+    rows: Table = [["setting", "failure", "failed in", "evidence"]]
+    for item in items:
+        value = item.get("value")
+        rows.append([f"{item.get('knob')}={'unset' if value is None else value}",
+                     str(item.get("kind")), ", ".join(map(str, item.get("trials") or [])),
+                     str(item.get("why") or "-")])
+    return rows
 
 
 def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
@@ -218,6 +232,9 @@ def markdown(f: Facts) -> str:
               *_md_table(f.workload), "", "## How", "", *_md_table(f.how), "",
               f"Trials: {f.counts}.", "", "## Best trials of the search", "",
               *_md_table(f.top), "", "## Failures by kind", "", *_md_table(f.failures), "",
+              *(["### Ruled out, and on what evidence", "",
+                 "Not launched again: each failed where nothing else could explain it.", "",
+                 *_md_table(f.ruled_out), ""] if f.ruled_out else []),
               "## Time to ready", "", *[f"- {line}" for line in f.campaign], "",
               *_md_table(f.startup), ""]
     if f.notes:
@@ -283,6 +300,9 @@ def html_page(f: Facts, folder: Path, shown: Sequence[Plot]) -> str:
     parts += [_figure(folder, p) for p in shown] or ["<p>No plots: no trial has a score.</p>"]
     parts += ["<h2>Best trials of the search</h2>", _html_table(f.top),
               "<h2>Failures by kind</h2>", _html_table(f.failures),
+              *(["<h3>Ruled out, and on what evidence</h3><p>Not launched again: each failed "
+                 "where nothing else could explain it.</p>", _html_table(f.ruled_out)]
+                if f.ruled_out else []),
               "<h2>Time to ready</h2>", *[f"<p>{e(line)}</p>" for line in f.campaign],
               _html_table(f.startup),
               "<h2>What was searched</h2>", _html_table(f.space),

@@ -71,7 +71,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
                              seed=spec.seed, failure_aware=spec.failure_aware,
                              max_concurrent=slots, out_dir=out_dir,
                              points=spec.points or None, study=study,
-                             weights=setup.weights, identity=setup.identity)
+                             weights=setup.weights, identity=setup.identity,
+                             workload=setup.workload.kind)
         if study is not None:
             echo(f"Optuna study {study.name!r} in {study.storage} "
                  f"(optuna-dashboard {study.storage})")

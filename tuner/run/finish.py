@@ -101,9 +101,7 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
     evidence = ruled_out(setup)
     if evidence:
         write_json(out / RULED_OUT_JSON, evidence)
-        lines.append("ruled out after repeated failures: " + "; ".join(
-            f"{e['knob']}={e['value']} ({e['kind']}: {', '.join(e['trials'])})"
-            for e in evidence))
+        lines.append("ruled out on evidence: " + "; ".join(e["evidence"] for e in evidence))
     if confirm_data is None:
         why = "the run was interrupted before the confirm stage" if interrupted \
             else "no confirm stage ran"

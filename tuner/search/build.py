@@ -1,7 +1,8 @@
 """The searcher stack and the scheduler for an experiment.
 
-searcher = ConcurrencyLimiter(FilteringSearcher(random | grid | Optuna | staged))
+searcher = ConcurrencyLimiter(FilteringSearcher(auto | random | grid | Optuna | staged))
 The baseline is always the first suggestion, and runs alone when one trial runs at a time.
+Without ``samples`` the budget is sized from the space (``budget.sized_budget``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from search_spaces.space import SearchSpace
 from tuner.output.files import REJECTED, STAGES_JSON, append_jsonl
+from tuner.search.auto import AutoSearcher
+from tuner.search.budget import estimate, sized_budget
 from tuner.search.filtering import FilteringSearcher
 from tuner.search.fixed import FixedPoints
 from tuner.search.keys import Identity
@@ -97,23 +100,39 @@ class SearchStack:
         return self.staged.stage_of.get(trial_id) if self.staged else None
 
 
+def budget(space: SearchSpace, search: str, samples: int | None) -> tuple[int, str | None]:
+    """The trials to run and, when the space sized them, the line that says so."""
+    if samples is not None:
+        return samples, None
+    if search == "grid":
+        return space.size, f"budget: {space.size} trials, every point of the grid"
+    sized = sized_budget(space)
+    return sized.trials, f"budget: {sized.trials} trials, sized from the space ({sized.why})"
+
+
 def build_search(space: SearchSpace, objective: Objective, *, search: str, stage_search: str,
-                 samples: int, seed: int, failure_aware: bool, max_concurrent: int,
+                 samples: int | None, seed: int, failure_aware: bool, max_concurrent: int,
                  out_dir: Path | None, points: list[dict[str, Any]] | None = None,
                  study: Study | None = None, weights: WeightPlan | None = None,
-                 identity: Identity | None = None) -> SearchStack:
+                 identity: Identity | None = None, workload: str | None = None
+                 ) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
     stack writes what it rejects and each stage's winner (None: nowhere, for a preview);
     ``study``: where Optuna keeps its study (None: in memory); ``weights``: which weights
     each stage's trials load (a staged search adds them per stage; any other search has one
     stage, so its space pins them); ``identity``: when two configurations are one point
-    (default: SGLang's known rules, keys.alike_key)."""
+    (default: SGLang's known rules, keys.alike_key); ``workload``: its kind, for the time
+    estimate printed with a budget sized from the space."""
     notes: list[str] = []
     weights = weights or WeightPlan()
     stage_pins = weights.stage_pins()
     if search != "staged" or points:
         space = space.with_pins(weights.pins(SEARCH))
         stage_pins = {}
+    samples, sized = budget(space, search, samples)
+    if sized and not points:
+        took = estimate(samples, objective.rounds, workload)
+        notes.append(sized + (f"; {took}" if took else "") + "; --samples N sets it")
     rejects = _RejectLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None
     if points:
@@ -136,14 +155,17 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         inner: Searcher = staged
         if not space.stages:
             notes.append(f"{space.name} defines no stages: one stage with every knob")
-    else:
+    memory = FailureMemory(space.baseline()) if failure_aware else None
+    if search == "auto":
+        inner = AutoSearcher(space, objective.rounds, seed, objective.search_metric,
+                             objective.mode, memory)
+    elif search != "staged":
         inner = leaf_searcher(search, space, objective, seed, study)
     if search == "grid" and space.size > samples:
         notes.append(f"grid has {space.size} points; --samples {samples} runs the first "
                      f"{samples} (baseline first)")
     if search == "grid":
         samples = min(samples, space.size)
-    memory = FailureMemory(space.baseline()) if failure_aware else None
     filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
                                   on_reject=rejects, identity=identity)
     limited = ConcurrencyLimiter(filtering, max_concurrent=max_concurrent)

@@ -1,7 +1,9 @@
 """FilteringSearcher: wraps ANY searcher (as Ray's ConcurrencyLimiter does): completes its
 suggestions with the pins, re-asks when a suggestion is invalid or ruled out by the failure
 memory (the inner searcher is told that suggestion failed), and answers repeats of
-already-measured configs from what was measured instead of launching them again."""
+already-measured configs from what was measured instead of launching them again. An inner
+searcher that counts its launches may define ``not_launched(trial_id)``: it is called for
+each suggestion this filter did not launch."""
 
 from __future__ import annotations
 
@@ -94,10 +96,12 @@ class FilteringSearcher(OwnSpaceSearcher):
                                                     result={self.metric: self.scores[key]})
                 elif key in self.failed:  # it ended without a measurement: so does the repeat
                     self.searcher.on_trial_complete(inner_id, error=True)
+                self._not_launched(inner_id)
                 continue  # (still running: left open rather than told a made-up result)
             if reasons or ruled:
                 self._reject(config, reasons, ruled)
                 self.searcher.on_trial_complete(inner_id, error=True)
+                self._not_launched(inner_id)
                 continue
             self.inner_id[trial_id] = inner_id
             return self._launch(trial_id, config)
@@ -115,6 +119,13 @@ class FilteringSearcher(OwnSpaceSearcher):
         log.warning("no new configuration after %d attempts: the search ends here",
                     self.max_attempts)
         return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _not_launched(self, inner_id: str) -> None:
+        """A searcher that counts its own launches (staged: each stage's budget) may say what
+        to do with a suggestion this filter answered or refused instead of launching."""
+        hook = getattr(self.searcher, "not_launched", None)
+        if callable(hook):
+            hook(inner_id)
 
     def _launch(self, trial_id: str, config: Config) -> Config:
         self.config_of[trial_id] = config
@@ -159,6 +170,8 @@ class FilteringSearcher(OwnSpaceSearcher):
                                                   error=value is None)
 
     def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None) -> None:
-        """Called by the results recorder with each finished trial's failure kind."""
-        if self.memory is not None:
+        """Called by the results recorder with each finished trial's failure kind. A config
+        the space's own rules refuse (grid launches them, to record them) teaches the memory
+        nothing about any one value: the rule already names the combination."""
+        if self.memory is not None and not (kind is not None and self.space.validate(config)):
             self.memory.record(config, trial_id, kind)

@@ -216,6 +216,23 @@ def test_plan_prints_each_command(tmp_path: Path) -> None:
     assert not done.ray_started and not done.out.exists()
 
 
+def test_plan_sizes_the_default_search_and_says_how_long(tmp_path: Path) -> None:
+    """No --search, no --samples: the default search over a budget sized from the space,
+    said with its time estimate before anything is launched."""
+    path = space_file(tmp_path, "name: two\nknobs:\n  NCCL_PROTO: [LL, Simple]\n"
+                      "  NCCL_MAX_NCHANNELS: [4, 16]\n")
+    done = servetune(tmp_path, *["plan" if a == "run" else a for a in run_args(tmp_path)],
+                     "--space", path)
+    assert done.code == 0, done.stderr
+    budget = next(line for line in done.stdout.splitlines() if line.startswith("# budget: "))
+    assert budget.startswith("# budget: 9 trials, sized from the space (every one of the "
+                             "space's 9 valid points); about "), budget
+    assert "a typical sglang trial's" in budget
+    assert "# auto: later proposals depend on measured results" in done.stdout
+    assert done.stdout.count("--model-path") == 9
+    assert not done.ray_started and not done.out.exists()
+
+
 def _plan_args(tmp_path: Path, *extra: str) -> list[str]:
     return [a for a in ["plan" if a == "run" else a for a in run_args(tmp_path)]
             if a not in ("--num-gpus", "8")] + [*extra, "--samples", "2"]

@@ -146,3 +146,18 @@ def test_report_of_a_folder_without_trials_is_bad_input(tmp_path: Path,
     ExperimentSpec(name="empty", out_dir=tmp_path / "e", workload=ProxyArgs()).save()
     assert cli.main(["report", str(tmp_path / "e")]) == 2
     assert "no trial has been recorded yet" in capsys.readouterr().err
+
+
+def test_report_says_what_was_ruled_out_and_on_what_evidence(stored: Path) -> None:
+    from tuner.search.memory import FailureMemory
+
+    memory = FailureMemory(BASE)
+    memory.record(BASE, "base", None)
+    memory.record({**BASE, "NCCL_MAX_NCHANNELS": 2}, "bad2", "graph_capture")
+    (stored / "ruled_out.json").write_text(json.dumps(memory.evidence()))
+    assert cli.main(["report", str(stored)]) == 0
+    md = (stored / "best" / "report.md").read_text()
+    assert "### Ruled out, and on what evidence" in md
+    assert ("| NCCL_MAX_NCHANNELS=2 | graph_capture | bad2 | the same configuration with "
+            "another NCCL_MAX_NCHANNELS ran in base |") in md
+    assert "Ruled out, and on what evidence" in (stored / "report.html").read_text()

@@ -9,6 +9,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from search_spaces.space import SearchSpace, from_mapping, load_preset
+from tuner.search.auto import AutoSearcher
 from tuner.search.build import build_search, optuna_searcher
 from tuner.search.filtering import FilteringSearcher
 from tuner.search.memory import FailureMemory
@@ -51,29 +52,6 @@ def test_grid_enumerates_every_point_including_invalid_ones() -> None:
     assert any(space.validate(p) for p in points)  # recorded by the trial as invalid_config
 
 
-def test_failure_memory_rules_out_a_value_after_two_same_kind_failures() -> None:
-    base = _small().baseline()
-    memory = FailureMemory(base)
-    memory.record({**base, "NCCL_ALGO": "Tree", "NCCL_MAX_NCHANNELS": 4}, "a", "graph_capture")
-    assert memory.ruled_out({**base, "NCCL_ALGO": "Tree"}) == []
-    memory.record({**base, "NCCL_ALGO": "Tree", "NCCL_MAX_NCHANNELS": 16}, "b", "graph_capture")
-    reasons = memory.ruled_out({**base, "NCCL_ALGO": "Tree"})
-    assert reasons == ["NCCL_ALGO=Tree: graph_capture in trials a, b"]
-    # Unset values are shared by everyone and never ruled out; a success clears a value.
-    assert memory.ruled_out(base) == []
-    memory.record({**base, "NCCL_MAX_NCHANNELS": 4}, "c", None)
-    assert memory.ruled_out({**base, "NCCL_MAX_NCHANNELS": 4}) == []
-    assert [e["knob"] for e in memory.evidence()] == ["NCCL_ALGO"]
-
-
-def test_environmental_failures_teach_nothing() -> None:
-    base = _small().baseline()
-    memory = FailureMemory(base)
-    for tid in "ab":
-        memory.record({**base, "NCCL_ALGO": "Tree"}, tid, "port_busy")
-    assert memory.ruled_out({**base, "NCCL_ALGO": "Tree"}) == []
-
-
 def test_filtering_optuna_rejects_invalid_as_failures_and_answers_repeats() -> None:
     space = _small()
     objective = Objective("tok_s", "max", 1)
@@ -98,10 +76,9 @@ def test_filtering_optuna_rejects_invalid_as_failures_and_answers_repeats() -> N
     assert all(r["invalid"] or r.get("repeat_of") for r in rejected)
 
 
-def test_failure_aware_wrapper_launches_a_crashing_value_at_most_twice() -> None:
-    space = _small()
-    memory = FailureMemory(space.baseline())
-    searcher = FilteringSearcher(SpaceSearcher(space, "random", seed=3), space, memory=memory)
+def _crash_launches(inner: Searcher, memory: FailureMemory, space: SearchSpace) -> int:
+    searcher = FilteringSearcher(inner, space, memory=memory)
+    searcher.set_search_properties("tok_s", "max", {})
     tree_launches = 0
     for i in range(40):
         point = searcher.suggest(f"t{i}")
@@ -109,9 +86,24 @@ def test_failure_aware_wrapper_launches_a_crashing_value_at_most_twice() -> None
             break
         crashed = point["NCCL_ALGO"] == "Tree"
         tree_launches += crashed
-        searcher.record_outcome(f"t{i}", point, "graph_capture" if crashed else None)
         searcher.on_trial_complete(f"t{i}", None if crashed else {"tok_s": 1.0}, error=crashed)
-    assert tree_launches <= 2
+        searcher.record_outcome(f"t{i}", point, "graph_capture" if crashed else None)
+    assert [e["value"] for e in memory.evidence()] == ["Tree"]
+    return tree_launches
+
+
+def test_failure_aware_wrapper_stops_launching_a_crashing_value() -> None:
+    """Random search convicts once the crashes have nothing else in common (a few launches);
+    the default search tries each value alone on the baseline first: one launch."""
+    space = _small()
+    launches = []
+    for seed in range(5):
+        memory = FailureMemory(space.baseline())
+        launches.append(_crash_launches(SpaceSearcher(space, "random", seed=seed), memory,
+                                        space))
+    assert max(launches) <= 3
+    memory = FailureMemory(space.baseline())
+    assert _crash_launches(AutoSearcher(space, 1, 0, "tok_s", "max", memory), memory, space) == 1
 
 
 def test_staged_search_pins_each_stage_winner() -> None:
@@ -151,32 +143,6 @@ def test_build_search_wraps_everything_once(tmp_path: Path) -> None:
                          max_concurrent=1, out_dir=tmp_path)
     assert stack.num_samples == space.size
     assert stack.filtering.pass_invalid
-
-
-def test_a_bystander_shared_by_two_crashes_is_explained_away_by_the_flagged_culprit() -> None:
-    base = _small().baseline()
-    memory = FailureMemory(base)
-    crash = {**base, "NCCL_ALGO": "Tree", "NCCL_MAX_NCHANNELS": 16}
-    memory.record(crash, "a", "graph_capture")
-    memory.record({**crash, "NCCL_MIN_NCHANNELS": 2}, "b", "graph_capture")
-    # Both crashes share MAX=16 too, but the global Tree (flagged by the catalogue) explains them.
-    assert memory.ruled_out({**base, "NCCL_MAX_NCHANNELS": 16}) == []
-    assert memory.ruled_out({**base, "NCCL_ALGO": "Tree"})
-    assert [(e["knob"], e["value"]) for e in memory.evidence()] == [("NCCL_ALGO", "Tree")]
-
-
-def test_an_unflagged_confound_resolves_when_the_culprit_fails_a_third_time() -> None:
-    base = _small().baseline()
-    memory = FailureMemory(base)
-    both = {**base, "NCCL_MIN_NCHANNELS": 8, "NCCL_MAX_NCHANNELS": 16}
-    memory.record(both, "a", "cuda_oom")
-    memory.record(both, "b", "cuda_oom")
-    first = memory.evidence()
-    assert len(first) == 1  # one of the two is held back, the other stays launchable
-    culprit = {**base, "NCCL_MAX_NCHANNELS": 16} if first[0]["knob"] == "NCCL_MIN_NCHANNELS" \
-        else {**base, "NCCL_MIN_NCHANNELS": 8}
-    memory.record(culprit, "c", "cuda_oom")
-    assert [e["trials"] for e in memory.evidence()] == [["a", "b", "c"]]
 
 
 def test_optuna_stuck_on_a_crashing_value_falls_back_to_random_points() -> None:

@@ -70,14 +70,19 @@ def test_each_stage_adds_its_own_weights_and_no_winner_carries_them() -> None:
     launched = _run(searcher)
     stages = [searcher.stage_of[tid] for tid, _ in launched]
     # The winner carried into a stage on the same weights is answered from its measurement;
-    # the speculative stage (the checkpoint's weights) launches it again first.
-    assert stages == ["baseline", "algo", "channels", "speculative", "speculative"]
+    # the speculative stage (the checkpoint's weights) launches it again first. The later
+    # stages moved the best point, so the first pass is followed by another over "algo",
+    # which launches the winner again on its own (random) weights first.
+    assert stages == ["baseline", "algo", "channels", "speculative", "speculative", "algo",
+                      "algo"]
     for (tid, point), stage in zip(launched, stages, strict=True):
         assert point[WEIGHTS] == PINS[stage][WEIGHTS], (tid, stage, point)
     assert WEIGHTS not in searcher.winners
     assert searcher.winners == {"NCCL_ALGO": "allreduce:tree", "NCCL_MAX_NCHANNELS": 4,
                                 "--speculative-num-steps": 2}
-    assert [h.get("pins") for h in searcher.history] == [DUMMY_PINS] * 3 + [REAL_PINS]
+    assert [h.get("pins") for h in searcher.history] == [DUMMY_PINS] * 3 + [REAL_PINS] \
+        + [DUMMY_PINS]
+    assert [h["pass"] for h in searcher.history] == [1, 1, 1, 1, 2]
 
 
 def test_a_stage_on_other_weights_remeasures_the_winner_it_carries_over(tmp_path: Path
@@ -120,8 +125,11 @@ def test_without_stage_pins_nothing_changes() -> None:
     searcher = _staged(None)
     launched = _run(searcher)
     assert all(WEIGHTS not in p for _, p in launched)
-    # the baseline, then each stage's one new value (its winner so far is answered, not run)
-    assert len(launched) == 4 and len({str(sorted(p.items())) for _, p in launched}) == 4
+    # the baseline, each stage's one new value (its winner so far is answered, not run), then
+    # a second pass that tries the first stages' other values around the new winners
+    assert [searcher.stage_of[t] for t, _ in launched] == [
+        "baseline", "algo", "channels", "speculative", "algo", "channels", "all"]
+    assert len({str(sorted(p.items())) for _, p in launched}) == 7
 
 
 def test_build_search_pins_the_weights_of_a_search_that_is_not_staged(tmp_path: Path) -> None:

@@ -1,0 +1,223 @@
+"""The default search, driven by hand as Ray drives it: the baseline, each lever's values one
+at a time in order of expected effect on the best point so far, sweeps again where a later
+lever moved the best point, then the pair model; and the budget sized from the space."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ray.tune.search import Searcher
+
+from search_spaces import knobs
+from search_spaces.space import SearchSpace, from_mapping
+from tuner.search.auto import BASELINE, MODEL, SWEEP, AutoSearcher
+from tuner.search.budget import estimate, sized_budget, sweep_size
+from tuner.search.build import build_search
+from tuner.search.filtering import FilteringSearcher
+from tuner.search.levers import lever_order, probe, value_order
+from tuner.search.memory import FailureMemory
+from tuner.search.pairs import PairModel
+from tuner.spec import Objective
+
+BACKEND = "allreduce-backend"
+DRAFTS = "--speculative-num-draft-tokens"
+STEPS = "--speculative-num-steps"
+
+
+def _space(**extra: Any) -> SearchSpace:
+    return from_mapping({"name": "a", "knobs": {
+        "NCCL_MAX_NCHANNELS": [4, 16], "NCCL_PROTO": ["LL", "Simple"],
+        BACKEND: ["nccl", "pcie-ipc", "torch-symm-mem"], DRAFTS: [2, 6], **extra},
+        "pins": {STEPS: 7}}, "test")  # draft tokens alone would be a partial shape
+
+
+def _drive(searcher: Searcher, score: Callable[[dict[str, Any]], float | None],
+           budget: int, memory: FailureMemory | None = None) -> list[dict[str, Any]]:
+    """Ray's loop, one trial at a time; ``score`` None: the trial fails (graph_capture)."""
+    searcher.set_search_properties("tok_s", "max", {})
+    launched = []
+    for i in range(budget):
+        point = searcher.suggest(f"t{i}")
+        if point is None or point == Searcher.FINISHED:
+            break
+        assert isinstance(point, dict)
+        launched.append(point)
+        value = score(point)
+        if value is None:
+            searcher.on_trial_complete(f"t{i}", error=True)
+        else:
+            for r in (1, 2):
+                searcher.on_trial_result(f"t{i}", {"tok_s": value, "round": r})
+            searcher.on_trial_complete(f"t{i}", {"tok_s": value, "round": 2})
+        if isinstance(searcher, FilteringSearcher):
+            searcher.record_outcome(f"t{i}", point, None if value is not None else "graph_capture")
+    return launched
+
+
+def _separable(point: dict[str, Any]) -> float | None:
+    """pcie-ipc triples the metric, torch-symm-mem crashes; the rest a few percent each."""
+    if point[BACKEND] == "torch-symm-mem":
+        return None
+    value = 100.0 * (3.0 if point[BACKEND] == "pcie-ipc" else 1.0)
+    value *= {None: 1.0, 4: 1.04, 16: 0.98}[point["NCCL_MAX_NCHANNELS"]]
+    value *= {None: 1.0, "LL": 1.06, "Simple": 0.95}[point["NCCL_PROTO"]]
+    return value * {None: 1.0, 2: 0.8, 6: 1.1}[point[DRAFTS]]
+
+
+def test_levers_come_largest_effect_first_and_nccls_shrink_off_its_path() -> None:
+    space = _space()
+    assert lever_order(space) == [BACKEND, "NCCL_PROTO", DRAFTS, "NCCL_MAX_NCHANNELS"]
+    # with PCIe-IPC serving the allreduces, NCCL's own knobs move little
+    assert lever_order(space, {**space.baseline(), BACKEND: "pcie-ipc"}) == [
+        BACKEND, DRAFTS, "NCCL_MAX_NCHANNELS", "NCCL_PROTO"]
+    assert knobs.effect("NCCL_PROTO") == pytest.approx(1.1)
+    assert knobs.effect("NCCL_PROTO", {BACKEND: "pcie-ipc"}) == pytest.approx(1.01)
+    assert knobs.effect("NCCL_PROTO", {BACKEND: "nccl"}) == pytest.approx(1.1)
+    assert knobs.effect("a-knob-the-catalogue-lacks") == pytest.approx(1.1)
+    assert knobs.joint("NCCL_PROTO", "NCCL_MAX_NCHANNELS") and knobs.joint(BACKEND, "NCCL_ALGO")
+    assert not knobs.joint(DRAFTS, "NCCL_PROTO")
+
+
+def test_numeric_values_from_the_ends_inwards() -> None:
+    assert value_order((None, 2, 4, 8, 16)) == [None, 16, 2, 8, 4]
+    assert value_order((None, "LL", "Simple")) == [None, "LL", "Simple"]
+    steps_topk = from_mapping({"name": "s", "knobs": {
+        "--speculative-num-steps": [1], "--speculative-eagle-topk": [1],
+        DRAFTS: [4]}}, "test")
+    around = {**steps_topk.baseline(), "--speculative-num-steps": 1,
+              "--speculative-eagle-topk": 1}
+    # 1 * 1 + 1 < 4 draft tokens, and on the baseline 4 draft tokens alone are a partial
+    # shape SGLang asserts on: no point to try the value on
+    assert probe(steps_topk, around, DRAFTS, 4) is None
+    shaped = from_mapping({"name": "s", "knobs": {"--speculative-eagle-topk": [1], DRAFTS: [4]},
+                           "pins": {"--speculative-num-steps": 1}}, "test")
+    around = {**shaped.baseline(), "--speculative-eagle-topk": 1}
+    # 1 * 1 + 1 < 4 draft tokens: the value is tried on the baseline (steps pinned) instead
+    assert probe(shaped, around, DRAFTS, 4) == {**shaped.baseline(), DRAFTS: 4}
+
+
+def test_the_sweep_builds_on_the_best_and_reaches_a_separable_optimum() -> None:
+    space = _space()
+    memory = FailureMemory(space.baseline())
+    searcher = AutoSearcher(space, 2, 0, "tok_s", "max", memory)
+    launched = _drive(FilteringSearcher(searcher, space, memory=memory), _separable,
+                      budget=sweep_size(space) + 3)
+    assert launched[0] == space.baseline()
+    assert [searcher.phase_of[f"t{i}"] for i in range(2)] == [BASELINE, SWEEP]
+    # pcie-ipc beat everything any lever was expected to do: it is built on at once (drafts
+    # next, NCCL's knobs last, as they act off its path), and the backend's last value waits
+    # for the end of the pass
+    assert [p[BACKEND] for p in launched[1:3]] == ["nccl", "pcie-ipc"]
+    assert [p[DRAFTS] for p in launched[3:5]] == [6, 2]
+    assert all(p[BACKEND] == "pcie-ipc" for p in launched[3:8])
+    best = searcher.best()
+    assert (best[BACKEND], best["NCCL_PROTO"], best["NCCL_MAX_NCHANNELS"], best[DRAFTS]) == (
+        "pcie-ipc", "LL", 4, 6)
+    # torch-symm-mem crashed beside the best point, then alone on the baseline: ruled out
+    crashes = [p for p in launched if p[BACKEND] == "torch-symm-mem"]
+    assert len(crashes) == 2 and crashes[1] == {**space.baseline(), BACKEND: "torch-symm-mem"}
+    assert [e["value"] for e in memory.evidence()] == ["torch-symm-mem"]
+
+
+def test_a_value_failing_beside_others_is_tried_alone_on_the_baseline() -> None:
+    space = _space()
+    memory = FailureMemory(space.baseline())
+    searcher = AutoSearcher(space, 2, 0, "tok_s", "max", memory)
+
+    def long_drafts_crash(point: dict[str, Any]) -> float | None:
+        return None if point[DRAFTS] == 2 else _separable(point)
+
+    launched = _drive(FilteringSearcher(searcher, space, memory=memory), long_drafts_crash, 12)
+    twos = [p for p in launched if p[DRAFTS] == 2]
+    assert len(twos) == 2 and twos[1] == {**space.baseline(), DRAFTS: 2}
+    assert {str(e["value"]) for e in memory.evidence()} >= {"2"}
+
+
+def test_a_lever_swept_before_a_later_one_moved_the_best_is_swept_again() -> None:
+    space = _space()
+
+    def protocol_follows_drafts(point: dict[str, Any]) -> float | None:
+        value = _separable(point)
+        if value is not None and point[DRAFTS] == 6:  # long drafts want Simple, not LL
+            value *= {None: 1.0, "LL": 0.9, "Simple": 1.2}[point["NCCL_PROTO"]]
+        return value
+
+    searcher = AutoSearcher(space, 2, 0, "tok_s", "max")
+    launched = _drive(searcher, protocol_follows_drafts, budget=16)
+    protocols = [(p["NCCL_PROTO"], p[DRAFTS]) for p in launched]
+    assert ("Simple", 6) in protocols  # only a second sweep of NCCL_PROTO tries it
+    assert searcher.best()["NCCL_PROTO"] == "Simple"
+
+
+def test_then_the_model_never_repeats_and_the_search_ends_with_the_space() -> None:
+    space = _space()
+    searcher = AutoSearcher(space, 2, 0, "tok_s", "max")
+    launched = _drive(searcher, lambda p: _separable(p) or 1.0, budget=200)
+    keys = [str(sorted(p.items(), key=lambda kv: kv[0])) for p in launched]
+    assert len(keys) == len(set(keys)) == space.valid_size()
+    assert MODEL in searcher.phase_of.values()
+
+
+def test_the_searcher_survives_save_and_restore(tmp_path: Path) -> None:
+    space = _space()
+    first = AutoSearcher(space, 2, 0, "tok_s", "max")
+    _drive(first, _separable, budget=7)
+    first.save(str(tmp_path / "ckpt"))
+    again = AutoSearcher(space, 2, 0, "tok_s", "max")
+    again.restore(str(tmp_path / "ckpt"))
+    assert again.best() == first.best() and again.launched == first.launched
+    assert pickle.loads(pickle.dumps(again)).suggest("t7") == first.suggest("t7")
+
+
+def test_the_pair_model_finds_two_settings_that_pay_only_together() -> None:
+    space = _space()
+    model = PairModel(space, "max", 0)
+    base = space.baseline()
+
+    def needle(point: dict[str, Any]) -> float:
+        return 112.0 if point["NCCL_PROTO"] == "Simple" and point[DRAFTS] == 2 else 100.0
+
+    seen: set[str] = set()
+    for name, values in space.domains.items():  # a flat one-at-a-time sweep
+        for value in values:
+            point = {**base, name: value}
+            model.add(point, needle(point))
+            seen.add(str(point))
+    tries = 0
+    while tries < 8:
+        tries += 1
+        point = model.propose(lambda p: str(p) not in seen)
+        assert point is not None and not space.validate(point)
+        seen.add(str(point))
+        if needle(point) > 100.0:
+            break
+        model.add(point, needle(point))
+    assert needle(point) > 100.0, tries
+
+
+def test_the_budget_is_sized_from_the_space_and_said_with_its_time(tmp_path: Path) -> None:
+    space = _space()
+    sized = sized_budget(space)
+    assert sized.sweep == 2 + 2 + 3 + 2 and sized.trials == 1 + 9 + 12
+    assert "9 values of 4 knobs one at a time" in sized.why
+    text = estimate(22, 6, "sglang")
+    assert text is not None and text.startswith("about 44 min")
+    assert estimate(22, 6, "something-else") is None
+    stack = build_search(space, Objective("tok_s", "max", 6), search="auto",
+                         stage_search="random", samples=None, seed=0, failure_aware=True,
+                         max_concurrent=1, out_dir=tmp_path, workload="proxy")
+    assert stack.num_samples == 22
+    assert stack.notes[0].startswith("budget: 22 trials, sized from the space (the baseline, 9 ")
+    assert "about 4 min 24 s at a typical proxy trial's 12 s" in stack.notes[0]
+    given = build_search(space, Objective("tok_s", "max", 6), search="auto",
+                         stage_search="random", samples=5, seed=0, failure_aware=True,
+                         max_concurrent=1, out_dir=tmp_path)
+    assert given.num_samples == 5 and not any(n.startswith("budget") for n in given.notes)
+    small = from_mapping({"name": "s", "knobs": {"NCCL_PROTO": ["LL"]}}, "test")
+    assert sized_budget(small).trials == 2  # never more than the valid points
+    assert math.isclose(sum(1 for _ in small.grid()), 2)

@@ -1,0 +1,310 @@
+"""AutoSearcher, the default search: it reads the space the way a person tuning a machine
+would, then lets a model search the rest.
+
+1. The baseline (nothing set).
+2. Sweeps: each knob in order of expected effect around the best point so far (the
+   catalogue's ``knobs.effect``: which allreduce runs before NCCL's protocol, the protocol
+   before channel counts, NCCL's knobs last where another backend carries the allreduces),
+   each of its values one at a time on top of that point (a numeric range from its ends
+   inwards). A value that beats the best by more than its knob was expected to move anything
+   is built on at once, the rest of its knob's values wait for the end of the pass. Where
+   values tie within the noise, the point with more knobs set is built on, so that each probe
+   also tries the other settings together. After a pass, every knob swept before another one
+   moved the best point (beyond the noise) is swept again, the narrowest winner first, until
+   nothing moves: coordinate descent. On a landscape whose knobs do not interact this ends at
+   the optimum.
+3. The model (``pairs.PairModel``: a term per setting and per pair of settings, fitted to
+   everything measured) for the rest of the budget: it finds what one knob at a time cannot,
+   two settings that pay off only together.
+
+A value that fails in a sweep beside other settings is tried once more alone on the
+baseline: failing there, the failure memory rules it out; running there, it failed only
+beside the others, and nothing is ruled out. Trials never repeat a measured point. Concurrent
+trials are fine: a probe is built on the best point known when it is proposed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from ray.tune.search import Searcher
+
+from search_spaces import knobs
+from search_spaces.knobs import Value
+from search_spaces.space import SearchSpace
+from tuner.search.base import OwnSpaceSearcher
+from tuner.search.keys import Config, config_key
+from tuner.search.levers import lever_order, probe, value_order
+from tuner.search.memory import FailureMemory
+from tuner.search.pairs import PairModel
+
+BASELINE, SWEEP, MODEL = "baseline", "sweep", "model"
+MOVE = 0.01  # the smallest gain (log units) that counts as the best point moving
+
+
+class Model(Protocol):
+    """What the model-based part needs: measured points in, the next point out."""
+
+    def add(self, config: Mapping[str, Value], value: float | None) -> None: ...
+
+    def propose(self, allowed: Callable[[Config], bool]) -> Config | None: ...
+
+
+def default_model(space: SearchSpace, mode: str, seed: int) -> Model:
+    return PairModel(space, mode, seed)
+
+
+class AutoSearcher(OwnSpaceSearcher):
+    def __init__(self, space: SearchSpace, rounds: int, seed: int = 0,
+                 metric: str | None = None, mode: str | None = None,
+                 memory: FailureMemory | None = None,
+                 make_model: Callable[[SearchSpace, str, int], Model] | None = None
+                 ) -> None:
+        super().__init__(metric=metric, mode=mode)
+        self.space = space
+        self.rounds = rounds
+        self.seed = seed
+        self.memory = memory
+        self.make_model = make_model
+        self.order = lever_order(space)
+        self.plan = list(self.order)  # levers still to sweep in this pass
+        self.lever: str | None = None  # the lever the sweep is at
+        self.value_index = 0  # the next of its values
+        self.deferred: list[tuple[str, int]] = []  # levers cut short: (lever, next value)
+        self.cut = False  # the last probe gained more than any lever left could
+        self.again = False  # sweeping again, levers whose best won narrowly first
+        self.ended: dict[str, int] = {}  # lever -> launches when its last sweep ended
+        self.tried: dict[str, list[float]] = {}  # lever -> what its last sweep measured
+        self.moves: list[tuple[int, str]] = []  # (launch index, lever) of each real gain
+        self.index_of: dict[str, int] = {}  # trial -> launch index
+        self.phase_of: dict[str, str] = {}  # trial -> baseline | sweep | model
+        self.probed: dict[str, tuple[str, Value]] = {}  # sweep trial -> the knob and value
+        self.recheck: list[Config] = []  # failed probes to try again on the baseline
+        self.config_of: dict[str, Config] = {}
+        self.launched: set[str] = set()
+        self.values: dict[str, list[float]] = {}
+        self.rounds_of: dict[str, set[int]] = {}
+        self.finished: dict[str, tuple[Config, float | None, bool]] = {}  # key -> (config,
+        # mean or None for a failure, whether every round ran)
+        self.model: Model | None = None
+        self.rng = random.Random(seed)
+
+    _transient = ("make_model",)
+
+    # ------------------------------------------------------------ proposing
+    def suggest(self, trial_id: str) -> Config | None:
+        if not self.phase_of:
+            return self._launch(trial_id, self.space.baseline(), BASELINE)
+        while self.recheck:
+            point = self.recheck.pop(0)
+            if self._new(point):
+                return self._launch(trial_id, point, SWEEP)
+        while self.lever is not None or self._next_lever():
+            assert self.lever is not None
+            name, values = self.lever, value_order(self.space.domains[self.lever])
+            while self.value_index < len(values):
+                if self.cut:
+                    self.deferred.append((name, self.value_index))
+                    break
+                value = values[self.value_index]
+                self.value_index += 1
+                best = self.best()
+                if value == best.get(name):
+                    continue
+                probed = probe(self.space, best, name, value)
+                if probed is not None and self._new(probed):
+                    self.probed[trial_id] = (name, value)
+                    return self._launch(trial_id, probed, SWEEP)
+            else:
+                self.ended[name] = len(self.phase_of)
+            self.lever, self.cut = None, False
+        return self._from_model(trial_id)
+
+    def _next_lever(self) -> bool:
+        """The next lever to sweep: of this pass's, the one with the largest expected effect
+        around the best point; then the rest of the levers cut short; once a pass is done, a
+        lever swept before another lever (or the model) moved the best point by more than
+        the noise: its best value may differ now."""
+        if not self.plan and self.deferred:
+            self.lever, self.value_index = self.deferred.pop(0)
+            return True
+        if not self.plan:
+            stale = [lever for lever in self.order
+                     if any(other != lever and index >= self.ended.get(lever, 0)
+                            for index, other in self.moves)]
+            self.plan = sorted(stale, key=self._margin)
+            self.again = bool(self.plan)
+        if not self.plan:
+            return False
+        if self.again:
+            self.lever = self.plan.pop(0)
+        else:
+            ranked = lever_order(self.space, self.best())
+            self.lever = min(self.plan, key=ranked.index)
+            self.plan.remove(self.lever)
+        self.value_index = 0
+        best = self._best_value()
+        self.tried[self.lever] = [] if best is None else [best]
+        return True
+
+    def _margin(self, lever: str) -> float:
+        """By how much (log units) the lever's best value won its last sweep: a narrow win
+        is the first to check again."""
+        sign = 1.0 if self.mode != "min" else -1.0
+        tried = sorted((sign * math.log(v) for v in self.tried.get(lever, []) if v > 0),
+                       reverse=True)
+        return tried[0] - tried[1] if len(tried) > 1 else 0.0
+
+    def _new(self, point: Config) -> bool:
+        return config_key(point) not in self.launched and not (
+            self.memory is not None and self.memory.ruled_out(point))
+
+    def _from_model(self, trial_id: str) -> Config | None:
+        point = self._model().propose(lambda p: self._new(p) and not self.space.validate(p))
+        if point is None:
+            point = self._local_move()
+        if point is None:
+            return Searcher.FINISHED  # type: ignore[return-value]
+        return self._launch(trial_id, point, MODEL)
+
+    def _local_move(self) -> Config | None:
+        """When the model keeps proposing what ran: one knob changed on the best points,
+        best first; else any new valid point."""
+        ranked = sorted((v for v in self.finished.values() if v[1] is not None),
+                        key=self._rank, reverse=True)
+        for config, _, _ in ranked:
+            for name in self.order:
+                for value in self.space.domains[name]:
+                    point = probe(self.space, config, name, value)
+                    if point is not None and self._new(point):
+                        return point
+        for _ in range(2000):
+            point = self.space.sample(self.rng)
+            if not self.space.validate(point) and self._new(point):
+                return point
+        return None
+
+    def _model(self) -> Model:
+        if self.model is None:
+            make = self.make_model or default_model
+            self.model = make(self.space, self.mode or "max", self.seed)
+            for config, value, _ in self.finished.values():
+                self.model.add(config, value)
+        return self.model
+
+    def _launch(self, trial_id: str, config: Config, phase: str) -> Config:
+        self.index_of[trial_id] = len(self.phase_of)
+        self.phase_of[trial_id] = phase
+        self.config_of[trial_id] = config
+        self.launched.add(config_key(config))
+        return config
+
+    # ------------------------------------------------------------ the best point
+    def _rank(self, entry: tuple[Config, float | None, bool]) -> tuple[bool, float]:
+        _, value, complete = entry
+        sign = 1.0 if self.mode != "min" else -1.0
+        return complete, sign * (value or 0.0)
+
+    def _best_value(self) -> float | None:
+        ranked = [v for v in self.finished.values() if v[1] is not None]
+        return max(ranked, key=self._rank)[1] if ranked else None
+
+    def best(self) -> Config:
+        """The point the sweep builds on: the best measured so far (one that ran every round
+        first); of those within the noise of it, the one that sets the most knobs, so that
+        where the values tie each probe also tries the other settings together. The baseline
+        before any."""
+        ranked = [v for v in self.finished.values() if v[1] is not None]
+        if not ranked:
+            return self.space.baseline()
+        top = max(ranked, key=self._rank)
+        sign = 1.0 if self.mode != "min" else -1.0
+        noise = self._noise()
+        baseline = self.space.baseline()
+        near = [v for v in ranked if v[2] == top[2] and v[1] and top[1]
+                and sign * (math.log(top[1]) - math.log(v[1])) <= noise]
+        return dict(max(near, key=lambda v: (sum(v[0][n] != baseline[n] for n in baseline),
+                                            self._rank(v)))[0])
+
+    def _gain(self, value: float) -> float:
+        """How much ``value`` beats the best measured so far, in log units."""
+        ranked = [v for v in self.finished.values() if v[1] is not None]
+        if not ranked or value <= 0:
+            return 0.0
+        best = max(ranked, key=self._rank)[1] or 0.0
+        sign = 1.0 if self.mode != "min" else -1.0
+        return sign * (math.log(value) - math.log(best)) if best > 0 else 0.0
+
+    def _largest_left(self) -> float:
+        """The most (log units) a lever still to sweep in this pass is expected to gain."""
+        best = self.best()
+        return max((math.log(knobs.effect(n, best)) for n in [*self.plan, self.lever] if n),
+                   default=0.0)
+
+    def _noise(self) -> float:
+        """A gain that is more than noise: twice the typical standard error of a trial's
+        mean (its rounds' spread), at least MOVE."""
+        errors = sorted(statistics.stdev(v) / abs(statistics.fmean(v)) / math.sqrt(len(v))
+                        for v in self.values.values() if len(v) >= 2 and statistics.fmean(v))
+        return max(MOVE, 2.0 * errors[len(errors) // 2]) if errors else MOVE
+
+    # ------------------------------------------------------------ results
+    def _record(self, trial_id: str, result: dict[str, Any]) -> None:
+        done = self.rounds_of.setdefault(trial_id, set())
+        values = self.values.setdefault(trial_id, [])
+        round_ = result.get("round", len(values) + 1)
+        if self.metric in result and round_ not in done:
+            done.add(round_)
+            values.append(float(result[self.metric]))
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        if trial_id in self.config_of:
+            self._record(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
+        config = self.config_of.get(trial_id)
+        if config is None:
+            return  # not one of ours (the filter answered a repeat)
+        if result and not error:
+            self._record(trial_id, result)
+        values = [] if error else self.values.get(trial_id, [])
+        value = sum(values) / len(values) if values else None
+        if value is None and trial_id in self.probed:
+            self._recheck(config, *self.probed[trial_id])
+        key = config_key(config)
+        probed = self.probed.get(trial_id)
+        if value is not None and probed is not None and probed[0] in self.tried:
+            self.tried[probed[0]].append(value)
+        gain = self._gain(value) if value is not None else 0.0
+        if gain > self._noise():
+            lever = self.probed.get(trial_id, (MODEL, None))[0]
+            self.moves.append((self.index_of[trial_id], lever))
+            if lever == self.lever and gain > self._largest_left():
+                self.cut = True
+        if key not in self.finished:
+            self.finished[key] = (config, value, len(values) >= self.rounds)
+            if self.model is not None:
+                self.model.add(config, value)
+
+    def _recheck(self, failed: Config, name: str, value: Value) -> None:
+        """A probe that failed beside other settings: the value alone, on the baseline."""
+        alone = self.space.complete({name: value})
+        if failed != alone and not self.space.validate(alone):
+            self.recheck.append(alone)
+
+    def add_evaluated_point(self, parameters: dict, value: float, error: bool = False,
+                            pruned: bool = False, intermediate_values: Any = None) -> None:
+        """A point the filter launched on its own (its random fallback)."""
+        config = self.space.complete(parameters)
+        key = config_key(config)
+        self.launched.add(key)
+        if key not in self.finished:
+            measured = None if error else float(value)
+            self.finished[key] = (config, measured, True)
+            if self.model is not None:
+                self.model.add(config, measured)

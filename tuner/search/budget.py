@@ -1,0 +1,55 @@
+"""How many trials a search gets when ``--samples`` is not given, and about how long they take:
+printed before the first launch. No Ray here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from search_spaces.space import SearchSpace
+from tuner.output.readiness import duration
+
+# After one sweep of every value, the model-based search gets as many trials again, at least:
+MODEL_TRIALS_MIN = 12
+# Seconds from launch to ready, and per benchmark round, of a typical trial; the estimate says
+# it is one. sglang: a warm start took 55-68 s on an H200 (shared/reference/real-sglang.md),
+# a round of a few requests seconds; the proxy: ready in 5.3 s on two H200s (BENCHMARKS.md,
+# benchmarks.proxy_setup), a round of graph replays about a second.
+TYPICAL_S = {"sglang": (60.0, 10.0), "proxy": (6.0, 1.0)}
+
+
+@dataclass(frozen=True)
+class Budget:
+    trials: int
+    sweep: int  # one-at-a-time values
+    model: int  # model-based trials
+    why: str
+
+
+def sweep_size(space: SearchSpace) -> int:
+    """Trials of one sweep from the baseline: every value of every knob but the unset one."""
+    return sum(len(values) - 1 for values in space.domains.values())
+
+
+def sized_budget(space: SearchSpace) -> Budget:
+    """The baseline, one sweep of every value, and as many trials again (at least
+    MODEL_TRIALS_MIN) for further sweeps and the model; never more than the space's valid
+    points."""
+    sweep = sweep_size(space)
+    model = max(MODEL_TRIALS_MIN, sweep)
+    total = 1 + sweep + model
+    valid = space.valid_size()
+    if valid is not None and valid < total:
+        return Budget(valid, sweep, max(0, valid - 1 - sweep),
+                      f"every one of the space's {valid} valid points")
+    return Budget(total, sweep, model, f"the baseline, {sweep} values of {len(space.domains)} "
+                  f"knobs one at a time, {model} more")
+
+
+def estimate(trials: int, rounds: int, workload: str | None) -> str | None:
+    """About how long ``trials`` take at a typical pace for the workload (None: no figure)."""
+    if workload not in TYPICAL_S:
+        return None
+    start, per_round = TYPICAL_S[workload]
+    each = start + rounds * per_round
+    return (f"about {duration(trials * each)} at a typical {workload} trial's {each:.0f} s "
+            f"({start:.0f} s to ready, {rounds} rounds of ~{per_round:.0f} s), one at a time")
