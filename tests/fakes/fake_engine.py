@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from tests.fakes.sglang_server import FakeServer
 
 _print_lock = threading.Lock()
+# How far the model clock may fall behind before it gives up catching up (a stalled box).
+CATCH_UP_S = 0.05
 
 
 def log(message: str, tag: str = "") -> None:
@@ -127,6 +129,7 @@ class Engine(threading.Thread):
         self.last_tic = time.perf_counter()  # end of the previous step-time window
         self.window: list[tuple[int, int, int]] = []  # (tokens, verify ct, correct) per batch
         self.halted = False
+        self.due: float | None = None  # the model clock's deadline (monotonic s); None idle
 
     def submit(self, req: Request) -> None:
         with self.cond:
@@ -143,6 +146,7 @@ class Engine(threading.Thread):
         while True:
             with self.cond:
                 while not self.waiting and not self.running:
+                    self.due = None  # idle: the model clock restarts with the next request
                     self.cond.wait()
                 new = list(self.waiting)
                 self.waiting.clear()
@@ -155,7 +159,15 @@ class Engine(threading.Thread):
                 self._cycle()
 
     def _sleep(self, model_ms: float) -> None:
-        time.sleep(model_ms * self.server.args.fake_time_scale / 1000.0)
+        """Model time on a deadline clock: a late wake-up on a busy box is made up by the
+        next steps, so the steps' total is model time whenever the box keeps up on average
+        (the faster settings' shorter steps would otherwise lose the most to the load)."""
+        now = time.monotonic()
+        if self.due is None or now - self.due > CATCH_UP_S:
+            self.due = now
+        self.due += model_ms * self.server.args.fake_time_scale / 1000.0
+        if self.due > now:
+            time.sleep(self.due - now)
 
     def _prefill(self, new: list[Request]) -> None:
         s = self.server

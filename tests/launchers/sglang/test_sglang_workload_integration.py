@@ -85,7 +85,9 @@ def test_rounds_read_back_what_the_stand_in_produces(trial: Trial) -> None:
         assert m["total_input_tokens"] > 0  # as the server counted the built-in text
         assert m["verify_ms"] == pytest.approx(20.0, rel=1e-3)  # device-timer counters: exact
         assert m["draft_ms"] == pytest.approx(5.0, rel=1e-3)
-        assert CYCLE_MS <= m["cycle_ms"] < 1.3 * CYCLE_MS  # wall-time windows: overheads in
+        # Wall-time windows on the stand-in's deadline clock: a window after a late one ends
+        # a hair early, the overheads otherwise in.
+        assert 0.98 * CYCLE_MS <= m["cycle_ms"] < 1.3 * CYCLE_MS
         assert m["accept_length"] == pytest.approx(2.5, rel=0.03)
         assert m["server_accept_length"] == pytest.approx(2.5, rel=0.05)
         assert 0 < m["median_ttft_ms"] <= m["p99_ttft_ms"] < m["mean_e2e_latency_ms"]
@@ -112,7 +114,7 @@ def test_several_concurrencies_report_each(trial: Trial) -> None:
     for c in (1, 2):
         assert {f"{k}_c{c}" for k in METRIC_KEYS} <= set(m)
         assert m[f"verify_ms_c{c}"] == pytest.approx(20.0, rel=1e-3)
-        assert CYCLE_MS <= m[f"cycle_ms_c{c}"] < 1.3 * CYCLE_MS
+        assert 0.98 * CYCLE_MS <= m[f"cycle_ms_c{c}"] < 1.3 * CYCLE_MS
     assert {k: m[k] for k in METRIC_KEYS} == {k: m[f"{k}_c2"] for k in METRIC_KEYS}
     assert m["completed_c1"] == m["completed_c2"] == 4
     log = (trial.ctx.trial_dir / "server.log").read_text()
