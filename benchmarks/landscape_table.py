@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.landscapes import Landscape, builtin_landscape
+from benchmarks.landscapes import MACHINES, Landscape, builtin_landscape
+from benchmarks.machines import machine_landscape
 from search_spaces.knobs import CATALOGUE, Value
 from search_spaces.space import SearchSpace, from_mapping
 from tuner.search.keys import config_key
@@ -241,6 +242,8 @@ def load_landscape(name: str) -> Landscape:
     measured table."""
     if name.startswith("table:"):
         return load_table(name.removeprefix("table:"))
+    if name in MACHINES:
+        return machine_landscape(name)
     return builtin_landscape(name)
 
 

@@ -266,17 +266,14 @@ NAMES = (*COST_MODEL, *TOYS, *MACHINES)
 
 
 def builtin_landscape(name: str) -> Landscape:
-    """A landscape of this module by name (one of NAMES; measured tables: landscape_table)."""
+    """A landscape of this module by name (COST_MODEL or TOYS; the machines and measured
+    tables: landscape_table.load_landscape)."""
     if name in COST_MODEL:
         return _cost_model(name)
     if name in TOYS:
         server, about = TOYS[name]
         space = from_mapping({**WIDE_SPACE, "name": name}, "benchmarks/landscapes.py")
         return Landscape(name, space, server.tok_s, about)
-    if name in MACHINES:
-        from benchmarks.machines import machine_landscape
-
-        return machine_landscape(name)
     raise ValueError(f"unknown landscape {name!r}; landscapes: {', '.join(NAMES)}, table:PATH")
 
 
