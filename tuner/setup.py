@@ -40,6 +40,14 @@ class Setup:
     weights: WeightPlan = field(default_factory=WeightPlan)  # per stage: random or real weights
     left_out: list[str] = field(default_factory=list)  # knobs this experiment leaves out, why
 
+    def space_notes(self) -> list[str]:
+        """What left the space before the search, and why (run, plan and the report say it)."""
+        kind = self.workload.kind
+        out = [f"not modelled by the {kind} workload, left at default: "
+               f"{', '.join(self.dropped)}"] if self.dropped else []
+        out += [f"not modelled by the {kind} workload, left out: {n}" for n in self.unmodelled]
+        return out + self.left_out
+
     @property
     def out_dir(self) -> Path:
         return self.spec.out_dir

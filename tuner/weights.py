@@ -60,13 +60,18 @@ class WeightPlan:
     def dummy(self, stage: str | None) -> bool:
         return any(s.dummy for s in self.stages if s.stage == stage)
 
+    @property
+    def confirm_dummy(self) -> bool:
+        """The confirm stage (and the reference) on random weights: ``--weights dummy`` only."""
+        return self.choice == DUMMY
+
     def pins(self, stage: str) -> dict[str, Value]:
         """What a trial of ``stage`` adds to its config: ``weights`` (None: the checkpoint's).
         The confirm stage and the reference without speculative decoding load the
         checkpoint's, except with ``--weights dummy``: random weights everywhere."""
         if not self.applies:
             return {}
-        dummy = self.choice == DUMMY if stage == CONFIRM else self.dummy(stage)
+        dummy = self.confirm_dummy if stage == CONFIRM else self.dummy(stage)
         return {WEIGHTS: DUMMY if dummy else None}
 
     def stage_pins(self) -> dict[str, dict[str, Value]]:
@@ -87,14 +92,14 @@ class WeightPlan:
                 kind = "random (--load-format dummy, no checkpoint read)" if dummy \
                     else "the checkpoint's"
                 out.append(f"  {', '.join(names)}: {kind}: {why}")
-        if self.confirm and self.choice == DUMMY:
+        if self.confirm and self.confirm_dummy:
             out.append(f"  {CONFIRM}: random (--weights dummy): the decision is judged on "
                        "random weights too")
         elif self.confirm:
             out.append(f"  {CONFIRM}: the checkpoint's: it decides")
         out += [f"  warning: {w}" for w in self.warnings]
         if any(s.dummy for s in self.stages):
-            decides = self.confirm and self.choice != DUMMY
+            decides = self.confirm and not self.confirm_dummy
             out.append(f"  limit: {LIMIT if decides else MOE_LIMIT}")
         return out
 
@@ -102,11 +107,10 @@ class WeightPlan:
         """One line: which stages load which weights."""
         if not self.applies:
             return self.note or "as the server loads them"
-        confirm = [CONFIRM] if self.confirm else []
-        dummy = [s.stage for s in self.stages if s.dummy] + \
-            (confirm if self.choice == DUMMY else [])
-        real = [s.stage for s in self.stages if not s.dummy] + \
-            ([] if self.choice == DUMMY else confirm)
+        dummy = [s.stage for s in self.stages if s.dummy]
+        real = [s.stage for s in self.stages if not s.dummy]
+        if self.confirm:
+            (dummy if self.confirm_dummy else real).append(CONFIRM)
         parts = [f"random (--load-format dummy) for {', '.join(dummy)}"] if dummy else []
         if real:
             parts.append(f"the checkpoint's for {', '.join(real)}")

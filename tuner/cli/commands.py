@@ -163,14 +163,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(line)
         print()
     if not args.json:
-        if setup.dropped:
-            print(f"# not modelled by the {setup.workload.kind} workload: "
-                  f"{', '.join(setup.dropped)}")
-        for note in setup.unmodelled:
-            print(f"# not modelled by the {setup.workload.kind} workload, left out: {note}")
-        for note in setup.left_out:
-            print(f"# {note}")
-        for line in setup.weights.lines():
+        for line in [*setup.space_notes(), *setup.weights.lines()]:
             print(f"# {line}")
     return 0
 

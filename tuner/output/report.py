@@ -132,13 +132,8 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
         failures.append([str(kind), str(len(group)), str(first["trial_id"]),
                          " ".join(str(first.get("failure") or "").split())[:300],
                          _cell(first.get("hint")) if isinstance(first.get("hint"), str) else "-"])
-    notes = []
     ruled_out = ruled_out_table(read_json(out / RULED_OUT_JSON) or [])
-    if setup.dropped:
-        notes.append(f"not modelled by the {setup.workload.kind} workload, left at default: "
-                     f"{', '.join(setup.dropped)}")
-    notes += [f"not modelled by the {setup.workload.kind} workload, left out: {n}"
-              for n in setup.unmodelled]
+    notes = setup.space_notes()
     counts = ", ".join(f"{v} {k}" for k, v in sorted(df["status"].value_counts().items())) \
         if not df.empty else "no trials"
     spec_text = ((confirm_data or {}).get("speculative") or {}).get("text")

@@ -31,12 +31,7 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
     inputs = setup.workload.inputs(spec.seed)
     if inputs is not None:
         write_json(out_dir / INPUTS_JSON, inputs)
-    if setup.dropped:
-        echo(f"not modelled by the {setup.workload.kind} workload, left at default: "
-             f"{', '.join(setup.dropped)}")
-    for note in setup.unmodelled:
-        echo(f"not modelled by the {setup.workload.kind} workload, left out: {note}")
-    for note in setup.left_out:
+    for note in setup.space_notes():
         echo(note)
     # Leftovers of a killed earlier run of this experiment (their owners are dead).
     reaped = process.reap(setup.marker_prefix)
