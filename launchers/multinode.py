@@ -5,8 +5,8 @@ with the same environment (its own GPUs aside), and node 0 is the one served and
 Where the nodes meet (``--dist-init-addr`` for SGLang) is rank 0's node address and a free
 port there, known only once a trial holds its nodes; a plan made outside a trial (``servetune
 plan``, ``best/launch.sh``) carries ``ADDR_PLACEHOLDER`` instead, which the launch script
-takes from its command line. The workloads render their own flags (launchers/sglang/multinode.py);
-tuner/run/nodes.py starts each node's plan on its node.
+takes from its command line. Each node's command carries SGLang's flags for it (``node_flags``: the
+proxy takes the same); tuner/run/nodes.py starts each node's plan on its node.
 """
 
 from __future__ import annotations
@@ -20,6 +20,12 @@ from launchers.base import LaunchPlan
 ADDR_VARIABLE = "DIST_INIT_ADDR"
 ADDR_PLACEHOLDER = "$" + ADDR_VARIABLE  # where the nodes meet, outside a trial
 GPUS_ENV = "CUDA_VISIBLE_DEVICES"
+NNODES, NODE_RANK, DIST_INIT_ADDR = "--nnodes", "--node-rank", "--dist-init-addr"
+
+
+def node_flags(nodes: int, rank: int, addr: str) -> tuple[str, ...]:
+    """Node ``rank``'s place among ``nodes`` nodes meeting at ``addr`` (SGLang's flags)."""
+    return (NNODES, str(nodes), NODE_RANK, str(rank), DIST_INIT_ADDR, addr)
 
 
 def all_plans(plan: LaunchPlan) -> list[LaunchPlan]:

@@ -9,8 +9,8 @@ from launchers.proxy.shapes import Shape, shape_name
 
 
 def fit_layers_for(shape_config: Mapping[str, Any], model: str, gpu_ids: tuple[str, ...], *,
-                ranks: int, batch: int, draft_tokens: int, kv_len: int
-                ) -> tuple[int | None, str | None]:
+                   ranks: int, batch: int, draft_tokens: int, kv_len: int
+                   ) -> tuple[int | None, str | None]:
     """No --layers on GPUs: every layer when the model fits, else the most that fit in
     FIT_FRACTION of the smallest GPU's total memory (NVML); without NVML the worker fits them
     itself (``--fit-layers``). Returns (layers or None for all, a note or None)."""

@@ -13,8 +13,7 @@ from pydantic import Field
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.proxy import acceptance, fitting, topology
-from launchers.proxy import multinode as proxy_nodes
+from launchers.proxy import acceptance, fitting, multinode, topology
 from launchers.proxy import paths as proxy_paths
 from launchers.proxy.comm import native, settings
 from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE, STEP_SPANS
@@ -254,9 +253,9 @@ class ProxyWorkload(Workload):
             layers = None  # all layers: the same output as no --layers
         fitted: str | None = None  # how the layer count was fitted to GPU memory
         if cuda and a.layers is None:
-            layers, fitted = fitting.fit_layers_for(shape_config, model, ctx.gpu_ids, ranks=world,
-                                         batch=a.batch, draft_tokens=draft_tokens,
-                                         kv_len=a.kv_len)
+            layers, fitted = fitting.fit_layers_for(shape_config, model, ctx.gpu_ids,
+                                                    ranks=world, batch=a.batch,
+                                                    draft_tokens=draft_tokens, kv_len=a.kv_len)
         key = reference_key(shape_name(model), shape_config, layers=layers, batch=a.batch,
                             draft_tokens=draft_tokens, kv_len=a.kv_len, ranks=world,
                             device="cuda" if cuda else "cpu", dtype=dtype, seed=ctx.seed,
@@ -315,7 +314,7 @@ class ProxyWorkload(Workload):
             notes.append("no NCCL overrides: writes the correctness reference if none exists")
         plan = LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
                           port=port, notes=tuple(notes))
-        return proxy_nodes.spread(plan, ctx, ranks, cuda) if ctx.nodes > 1 else plan
+        return multinode.spread(plan, ctx, ranks, cuda) if ctx.nodes > 1 else plan
 
     # ------------------------------------------------------------ checks and start
     def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:

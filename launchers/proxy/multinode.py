@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from launchers.base import LaunchPlan, TrialContext
-from launchers.multinode import ADDR_PLACEHOLDER
+from launchers.multinode import ADDR_PLACEHOLDER, node_flags
 from launchers.proxy.comm import dispatch
 
-NNODES, NODE_RANK, DIST_INIT_ADDR = "--nnodes", "--node-rank", "--dist-init-addr"
 PATHS = ("--allreduce-path", "--allgather-path")
 # Paths that need every rank on one node (peer loads over NVLink): NCCL runs across nodes.
 ONE_NODE = (dispatch.CUSTOM_1SHOT, dispatch.CUSTOM_2SHOT, dispatch.TORCH_SYMM_2SHOT,
@@ -42,8 +41,8 @@ def spread(plan: LaunchPlan, ctx: TrialContext, ranks: int, cuda: bool) -> Launc
                 changed.append(f"{word[2:]} {path}")
                 path = dispatch.NCCL
             words.append(path)
-    nodes = [replace(plan, argv=(*words, NNODES, str(ctx.nodes), NODE_RANK, str(rank),
-                                 DIST_INIT_ADDR, addr), port=None, notes=())
+    nodes = [replace(plan, argv=(*words, *node_flags(ctx.nodes, rank, addr)), port=None,
+                     notes=())
              for rank in range(ctx.nodes)]
     notes = [f"{ctx.nodes} nodes x {ranks} ranks ({ctx.nodes * ranks} in all), meeting at "
              f"{addr}: {'NCCL over the network' if cuda else 'gloo'} between nodes"]

@@ -12,17 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from launchers.base import LaunchPlan, TrialContext
-from launchers.multinode import ADDR_PLACEHOLDER
+from launchers.multinode import ADDR_PLACEHOLDER, DIST_INIT_ADDR, NNODES, NODE_RANK, node_flags
 
-NNODES = "--nnodes"
-NODE_RANK = "--node-rank"
-DIST_INIT_ADDR = "--dist-init-addr"
 # Flags servetune sets for a trial across nodes (SGLang's alias of --dist-init-addr too).
 FLAGS = (NNODES, NODE_RANK, DIST_INIT_ADDR, "--nccl-init-addr")
-
-
-def node_flags(nodes: int, rank: int, addr: str) -> list[str]:
-    return [NNODES, str(nodes), NODE_RANK, str(rank), DIST_INIT_ADDR, addr]
 
 
 def spread(plan: LaunchPlan, ctx: TrialContext, tp: int) -> LaunchPlan:
@@ -40,9 +33,3 @@ def spread(plan: LaunchPlan, ctx: TrialContext, tp: int) -> LaunchPlan:
                  f"({ADDR_PLACEHOLDER} here)")
     return replace(nodes[0], peers=peers, notes=(*plan.notes, note))
 
-
-def uneven(tp: int, nodes: int) -> str | None:
-    """Why SGLang would refuse ``tp`` over ``nodes`` nodes (None: it splits evenly)."""
-    if nodes > 1 and tp % nodes:
-        return f"--tp {tp} does not split evenly over {nodes} nodes (SGLang requires it)"
-    return None

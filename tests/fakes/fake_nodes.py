@@ -160,9 +160,10 @@ def follower(server: Any, log: Log) -> int:
     server.startup.weights_end(load_s)
     server.startup.capture("target")
     while True:
-        if server.ranks.any_dead():
+        dead = server.ranks.any_dead()
+        if dead:
             log("Received sigquit from a child process. It usually means the child failed.")
-        if server.ranks.any_dead() or (peers is not None and peers.lost(log)):
+        if dead or (peers is not None and peers.lost(log)):
             server.ranks.stop(grace=0.2)
             return 1
         time.sleep(0.05)

@@ -115,16 +115,18 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
         url = getattr(info, "dashboard_url", None) or None
         yield Cluster(len(alive), gpus, f"http://{url}" if url else None, started_here)
     finally:
-        if spec.nodes_per_trial > 1:
-            from tuner.run.nodes import sweep
+        try:
+            if spec.nodes_per_trial > 1:
+                from tuner.run.nodes import sweep
 
-            for node, pids in sweep(marker_prefix).items():
-                if pids:
-                    echo(f"reaped {len(pids)} leftover processes on node {node[:16]}")
-        ray.shutdown()
-        # Servers this experiment left on this host (the marker names this experiment's
-        # folder, so with --address nothing of other drivers is touched).
-        process.reap_all(marker_prefix)
+                for node, pids in sweep(marker_prefix).items():
+                    if pids:
+                        echo(f"reaped {len(pids)} leftover processes on node {node[:16]}")
+        finally:  # a sweep that fails (Ray gone) must not skip this host's cleanup
+            ray.shutdown()
+            # Servers this experiment left on this host (the marker names this experiment's
+            # folder, so with --address nothing of other drivers is touched).
+            process.reap_all(marker_prefix)
 
 
 def gpus_per_trial(spec: ExperimentSpec, cluster: Cluster) -> int:

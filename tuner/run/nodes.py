@@ -135,15 +135,12 @@ class RayNodes:
                 f"{info['address']})")
 
     def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str) -> list[int]:
-        pids: list[int] = self._each([a.start.remote(plan, str(node_log(folder, r)),
-                                                      node_marker(marker, r))
-                                      for r, (a, plan) in enumerate(zip(self.agents, plans,
-                                                                        strict=True), 1)])
-        return pids
+        pairs = enumerate(zip(self.agents, plans, strict=True), 1)
+        return self._each([a.start.remote(plan, str(node_log(folder, r)), node_marker(marker, r))
+                           for r, (a, plan) in pairs])
 
     def poll(self) -> list[int | None]:
-        codes: list[int | None] = self._each([a.poll.remote() for a in self.agents])
-        return codes
+        return self._each([a.poll.remote() for a in self.agents])
 
     def log_tail(self, rank: int) -> str:
         try:
