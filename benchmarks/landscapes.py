@@ -205,7 +205,8 @@ DRAFT_MS = 3.0
 OVERHEAD_MS = 0.5
 
 
-def _token(value: Value, collective: str, fallback: str) -> str:
+def nccl_token(value: Value, collective: str, fallback: str) -> str:
+    """The first token an NCCL_ALGO/PROTO value selects for ``collective`` (else ``fallback``)."""
     tokens = [t for t in knobs.selector_for(value if isinstance(value, str) else None,
                                             collective) or [] if not t.startswith("^")]
     return tokens[0] if tokens else fallback
@@ -223,8 +224,8 @@ class ToyServer:
     n_allreduce: int = 122
 
     def allreduce_us(self, config: Config) -> float:
-        algo = _token(config.get("NCCL_ALGO"), "allreduce", UNSET_ALGO)
-        proto = _token(config.get("NCCL_PROTO"), "allreduce", UNSET_PROTO)
+        algo = nccl_token(config.get("NCCL_ALGO"), "allreduce", UNSET_ALGO)
+        proto = nccl_token(config.get("NCCL_PROTO"), "allreduce", UNSET_PROTO)
         channels = config.get("NCCL_MAX_NCHANNELS")
         c = channels if isinstance(channels, int) else UNSET_CHANNELS
         latency, per_token = PROTO_US[proto]
@@ -242,12 +243,13 @@ class ToyServer:
         value = config.get("--speculative-num-draft-tokens")
         return value if isinstance(value, int) else UNSET_DRAFTS
 
+    def verify_ms(self, config: Config) -> float:
+        verify = COMPUTE_MS * (1.0 + 0.03 * (self.drafts(config) - 1))
+        return verify + self.n_allreduce * self.allreduce_us(config) / 1000.0
+
     def tok_s(self, config: Config) -> float:
-        drafts = self.drafts(config)
-        accept = sum(P_ACCEPT ** i for i in range(drafts))
-        verify = COMPUTE_MS * (1.0 + 0.03 * (drafts - 1))
-        verify += self.n_allreduce * self.allreduce_us(config) / 1000.0
-        return accept * 1000.0 / (verify + DRAFT_MS + OVERHEAD_MS)
+        accept = sum(P_ACCEPT ** i for i in range(self.drafts(config)))
+        return accept * 1000.0 / (self.verify_ms(config) + DRAFT_MS + OVERHEAD_MS)
 
 
 TOYS: dict[str, tuple[ToyServer, str]] = {

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.landscapes import STAGES, TOYS, WIDE_SPACE, Config, Landscape, ToyServer
+from benchmarks.landscapes import STAGES, TOYS, WIDE_SPACE, Config, Landscape, ToyServer, nccl_token
 from search_spaces.knobs import Value
 from search_spaces.space import from_mapping
 
@@ -57,16 +57,9 @@ BACKEND_US = {"one-stage": 1.25, "mscclpp": 0.85}  # x NCCL's time on this machi
 PCIE_IPC_US = 22.8  # per allreduce: the pass 3.7x faster than NCCL's
 NCCL_US = 205.0  # per allreduce at SGLang's default: 25 ms over 122 allreduces
 FOUNDING_ALGO = {"ring": 1.0, "tree": 0.75}
-FOUNDING_PROTO = {None: 1.0, "ll": 0.6, "ll128": 1.0, "simple": 1.12}  # LL128 is off PCIe
+FOUNDING_PROTO = {"ll": 0.6, "ll128": 1.0, "simple": 1.12}  # LL128 is off PCIe
 FOUNDING_CHANNELS = {None: 1.0, 2: 1.06, 4: 0.96, 8: 1.0, 16: 1.07}
 N_ALLREDUCE, COMPUTE_MS, P_ACCEPT = 122, 5.0, 0.75
-
-
-def _first(value: Value) -> str | None:
-    if not isinstance(value, str):
-        return None
-    token = value.split(":")[-1].split(",")[0].lower()
-    return token or None
 
 
 def founding_verify_ms(config: Config) -> float | None:
@@ -74,14 +67,13 @@ def founding_verify_ms(config: Config) -> float | None:
     backend = config.get("allreduce-backend")
     if backend in FOUNDING_CRASHES:
         return None
-    drafts = config.get("--speculative-num-draft-tokens")
-    tokens = drafts if isinstance(drafts, int) else 4
+    tokens = ToyServer.drafts(config)  # unset: 4, as the toys price it
     size = 1.0 + 0.05 * (tokens - 4)  # the message grows with the verify batch
     if backend == "pcie-ipc":
         allreduce = PCIE_IPC_US * size
     else:
-        algo = FOUNDING_ALGO.get(_first(config.get("NCCL_ALGO")) or "ring", 1.0)
-        proto = FOUNDING_PROTO.get(_first(config.get("NCCL_PROTO")), 1.0)
+        algo = FOUNDING_ALGO.get(nccl_token(config.get("NCCL_ALGO"), "allreduce", "ring"), 1.0)
+        proto = FOUNDING_PROTO.get(nccl_token(config.get("NCCL_PROTO"), "allreduce", ""), 1.0)
         channels = FOUNDING_CHANNELS.get(config.get("NCCL_MAX_NCHANNELS"), 1.0)  # type: ignore[arg-type]
         allreduce = NCCL_US * size * algo * proto * channels * BACKEND_US.get(str(backend), 1.0)
     return COMPUTE_MS * (1.0 + 0.03 * (tokens - 1)) + N_ALLREDUCE * allreduce / 1000.0
@@ -91,8 +83,7 @@ def founding_tok_s(config: Config) -> float | None:
     verify = founding_verify_ms(config)
     if verify is None:
         return None
-    drafts = config.get("--speculative-num-draft-tokens")
-    tokens = drafts if isinstance(drafts, int) else 4
+    tokens = ToyServer.drafts(config)
     accept = sum(P_ACCEPT ** i for i in range(tokens))
     return accept * 1000.0 / (verify + 0.6 * (tokens - 1) + 0.5)
 
@@ -155,9 +146,7 @@ def failures_kind(config: Config) -> str | None:
 def failures_verify_ms(config: Config) -> float | None:
     if failures_kind(config) is not None:
         return None
-    server: ToyServer = TOYS["wrong-order"][0]
-    verify = 4.5 * (1.0 + 0.03 * (server.drafts(config) - 1))
-    return verify + server.n_allreduce * server.allreduce_us(config) / 1000.0
+    return TOYS["wrong-order"][0].verify_ms(config)
 
 
 # ---------------------------------------------------------------- by name

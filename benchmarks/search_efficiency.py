@@ -254,22 +254,23 @@ class Check:
                    f"launches of an always-failing setting in one run: {self.failing}")
         return out
 
-
-def check(check_: Check, name: str, budget: int, runs: dict[str, list[Run]]) -> None:
-    ours = runs.get(DEFAULT)
-    if ours is None:
-        return
-    check_.innocent += sum(len(r.innocent) for r in ours)
-    check_.failing = max(check_.failing, max(r.failing_launches for r in ours))
-    got = sum(r.first is not None for r in ours)
-    if budget == GOAL_BUDGET and got < math.ceil(GOAL_RUNS * len(ours)):
-        check_.misses.append(f"{name} {got}/{len(ours)}")
-    theirs = runs.get(REFERENCE)
-    if theirs is not None:
-        a = nearest_rank([r.first for r in ours], budget, 0.5)
-        b = nearest_rank([r.first for r in theirs], budget, 0.5)
-        if a > b:
-            check_.slower.append(f"{name} at {budget}: {_show(a, budget)} vs {_show(b, budget)}")
+    def add(self, name: str, budget: int, runs: dict[str, list[Run]]) -> None:
+        """One landscape's runs at one budget."""
+        ours = runs.get(DEFAULT)
+        if ours is None:
+            return
+        self.innocent += sum(len(r.innocent) for r in ours)
+        self.failing = max(self.failing, max(r.failing_launches for r in ours))
+        got = sum(r.first is not None for r in ours)
+        if budget == GOAL_BUDGET and got < math.ceil(GOAL_RUNS * len(ours)):
+            self.misses.append(f"{name} {got}/{len(ours)}")
+        theirs = runs.get(REFERENCE)
+        if theirs is not None:
+            a = nearest_rank([r.first for r in ours], budget, 0.5)
+            b = nearest_rank([r.first for r in theirs], budget, 0.5)
+            if a > b:
+                self.slower.append(f"{name} at {budget}: {_show(a, budget)} vs "
+                                   f"{_show(b, budget)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                                       for seed in range(args.seeds)]
                     print(row(strategy, runs[strategy], budget, bool(landscape.culprits)),
                           flush=True)
-                check(verdict, landscape.name, budget, runs)
+                verdict.add(landscape.name, budget, runs)
             print(f"  ({time.monotonic() - began:.0f} s)")
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)

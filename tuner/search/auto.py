@@ -103,6 +103,7 @@ class AutoSearcher(OwnSpaceSearcher):
             point = self.recheck.pop(0)
             if self._new(point):
                 return self._launch(trial_id, point, SWEEP)
+        best = self.best()  # no result arrives while suggesting: one best point throughout
         while self.lever is not None or self._next_lever():
             assert self.lever is not None
             name, values = self.lever, value_order(self.space.domains[self.lever])
@@ -112,7 +113,6 @@ class AutoSearcher(OwnSpaceSearcher):
                     break
                 value = values[self.value_index]
                 self.value_index += 1
-                best = self.best()
                 if value == best.get(name):
                     continue
                 probed = probe(self.space, best, name, value)
@@ -154,8 +154,7 @@ class AutoSearcher(OwnSpaceSearcher):
     def _margin(self, lever: str) -> float:
         """By how much (log units) the lever's best value won its last sweep: a narrow win
         is the first to check again."""
-        sign = 1.0 if self.mode != "min" else -1.0
-        tried = sorted((sign * math.log(v) for v in self.tried.get(lever, []) if v > 0),
+        tried = sorted((self._sign * math.log(v) for v in self.tried.get(lever, []) if v > 0),
                        reverse=True)
         return tried[0] - tried[1] if len(tried) > 1 else 0.0
 
@@ -174,9 +173,7 @@ class AutoSearcher(OwnSpaceSearcher):
     def _local_move(self) -> Config | None:
         """When the model keeps proposing what ran: one knob changed on the best points,
         best first; else any new valid point."""
-        ranked = sorted((v for v in self.finished.values() if v[1] is not None),
-                        key=self._rank, reverse=True)
-        for config, _, _ in ranked:
+        for config, _, _ in sorted(self._measured(), key=self._rank, reverse=True):
             for name in self.order:
                 for value in self.space.domains[name]:
                     point = probe(self.space, config, name, value)
@@ -204,13 +201,20 @@ class AutoSearcher(OwnSpaceSearcher):
         return config
 
     # ------------------------------------------------------------ the best point
+    @property
+    def _sign(self) -> float:
+        return 1.0 if self.mode != "min" else -1.0
+
+    def _measured(self) -> list[tuple[Config, float | None, bool]]:
+        """The finished points that ran (a measured value)."""
+        return [v for v in self.finished.values() if v[1] is not None]
+
     def _rank(self, entry: tuple[Config, float | None, bool]) -> tuple[bool, float]:
         _, value, complete = entry
-        sign = 1.0 if self.mode != "min" else -1.0
-        return complete, sign * (value or 0.0)
+        return complete, self._sign * (value or 0.0)
 
     def _best_value(self) -> float | None:
-        ranked = [v for v in self.finished.values() if v[1] is not None]
+        ranked = self._measured()
         return max(ranked, key=self._rank)[1] if ranked else None
 
     def best(self) -> Config:
@@ -218,26 +222,23 @@ class AutoSearcher(OwnSpaceSearcher):
         first); of those within the noise of it, the one that sets the most knobs, so that
         where the values tie each probe also tries the other settings together. The baseline
         before any."""
-        ranked = [v for v in self.finished.values() if v[1] is not None]
+        ranked = self._measured()
         if not ranked:
             return self.space.baseline()
         top = max(ranked, key=self._rank)
-        sign = 1.0 if self.mode != "min" else -1.0
         noise = self._noise()
         baseline = self.space.baseline()
         near = [v for v in ranked if v[2] == top[2] and v[1] and top[1]
-                and sign * (math.log(top[1]) - math.log(v[1])) <= noise]
+                and self._sign * (math.log(top[1]) - math.log(v[1])) <= noise]
         return dict(max(near, key=lambda v: (sum(v[0][n] != baseline[n] for n in baseline),
                                             self._rank(v)))[0])
 
     def _gain(self, value: float) -> float:
         """How much ``value`` beats the best measured so far, in log units."""
-        ranked = [v for v in self.finished.values() if v[1] is not None]
-        if not ranked or value <= 0:
+        best = self._best_value()
+        if best is None or best <= 0 or value <= 0:
             return 0.0
-        best = max(ranked, key=self._rank)[1] or 0.0
-        sign = 1.0 if self.mode != "min" else -1.0
-        return sign * (math.log(value) - math.log(best)) if best > 0 else 0.0
+        return self._sign * (math.log(value) - math.log(best))
 
     def _largest_left(self) -> float:
         """The most (log units) a lever still to sweep in this pass is expected to gain."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from search_spaces import knobs
 from search_spaces.knobs import Value
@@ -44,9 +44,3 @@ def probe(space: SearchSpace, around: Mapping[str, Value], name: str, value: Val
             return point
     return None
 
-
-def probes(space: SearchSpace, around: Mapping[str, Value], name: str) -> Iterator[Config]:
-    """Every other value of ``name``, one at a time, around ``around``."""
-    for value in value_order(space.domains[name]):
-        if value != around.get(name) and (point := probe(space, around, name, value)) is not None:
-            yield point

@@ -48,11 +48,13 @@ class PairModel:
         # a setting's index: 0 for a knob's unset value (no term), else 1.. per (knob, value)
         self.index: list[dict[str, int]] = []
         scales: list[float] = []
+        self.value_of: dict[int, Value] = {}  # setting index -> its value
         for name in self.names:
             found: dict[str, int] = {}
             for value in space.domains[name][1:]:
                 scales.append(max(0.05, 2.0 * math.log(knobs.effect(name))))
                 found[repr(value)] = len(scales)
+                self.value_of[len(scales)] = value
             self.index.append(found)
         mains = len(scales)
         owner = [0] * (mains + 1)
@@ -85,13 +87,8 @@ class PairModel:
                          for k, n in enumerate(self.names)], dtype=np.int64)
 
     def decode(self, row: np.ndarray) -> Config:
-        return self.space.complete({n: self.space.domains[n][self._position(k, int(i))]
-                                    for k, (n, i) in enumerate(zip(self.names, row, strict=True))})
-
-    def _position(self, k: int, i: int) -> int:
-        if i == 0:
-            return 0
-        return 1 + sorted(self.index[k].values()).index(i)
+        return self.space.complete({n: self.space.domains[n][0] if i == 0 else self.value_of[i]
+                                    for n, i in zip(self.names, row.tolist(), strict=True)})
 
     def _features(self, rows: np.ndarray) -> np.ndarray:
         """Column indices of each row's terms (``zero`` for none): intercept, settings, pairs."""
@@ -99,8 +96,7 @@ class PairModel:
         mains = np.where(rows > 0, rows, self.zero)
         pairs = [self.pair[rows[:, a], rows[:, b]] for a, b in
                  itertools.combinations(range(width), 2)]
-        return np.column_stack([np.zeros(n, dtype=np.int64), mains, *pairs]) if pairs \
-            else np.column_stack([np.zeros(n, dtype=np.int64), mains])
+        return np.column_stack([np.zeros(n, dtype=np.int64), mains, *pairs])
 
     # ------------------------------------------------------------ data
     def add(self, config: Mapping[str, Value], value: float | None) -> None:
@@ -116,10 +112,7 @@ class PairModel:
         precision = np.diag(np.append(self.prior, 1.0))
         target = np.zeros(width)
         if self.rows:
-            columns = self._features(np.array(self.rows))
-            design = np.zeros((len(self.rows), width))
-            np.put_along_axis(design, columns, 1.0, axis=1)
-            design[:, self.zero] = 0.0
+            design = self._design(np.array(self.rows))
             precision += design.T @ design / NOISE_SD ** 2
             target = design.T @ np.array(self.y) / NOISE_SD ** 2
         factor = np.linalg.cholesky(precision)

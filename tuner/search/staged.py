@@ -178,21 +178,19 @@ class StagedSearcher(OwnSpaceSearcher):
             return sub.size
         return sum(1 for p in sub.grid() if not sub.validate(p) and config_key(p) not in launched)
 
-    def _weight(self, index: int) -> float:
-        return self._unlaunched(index) * max(knobs.effect(n) for n in self.stages[index].knobs)
-
     def _stage_budget(self, index: int) -> int:
         left = self.total - len(self.config_of)
         if index >= len(self.stages):
             return left
-        size = self._unlaunched(index)
         stage = self.stages[index]
         if self.passes == 1 and stage.samples is not None:
             return min(stage.samples, left)
-        weights = {i: self._weight(i) for i in [index, *self.queue]}
+        sizes = {i: self._unlaunched(i) for i in [index, *self.queue]}
+        weights = {i: size * max(knobs.effect(n) for n in self.stages[i].knobs)
+                   for i, size in sizes.items()}
         share = round(left * weights[index] / sum(weights.values())) if sum(weights.values()) \
             else 0
-        return min(size, max(1, share), left)
+        return min(sizes[index], max(1, share), left)
 
     def _next_stage(self) -> int | None:
         """This pass's next stage; then a new pass over every stage searched before another
