@@ -67,6 +67,12 @@ def check_env_values(env: Mapping[str, str], inherited: Mapping[str, str] | None
 # ---------------------------------------------------------------- finding marked processes
 
 
+def ray_marker(prefix: str) -> str:
+    """The marker of the private Ray an experiment starts: its processes are reaped with the
+    experiment's leftovers once Ray is shut down, never by a sweep while Ray runs."""
+    return f"{prefix}ray"
+
+
 @dataclass(frozen=True)
 class Marked:
     pid: int

@@ -93,7 +93,7 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
     # The private Ray's processes carry the run's marker and owner, and its workers must not
     # join another cluster; joining one changes nothing here.
     private_env: dict[str, str | None] = {
-        process.MARKER_ENV: f"{marker_prefix}ray", process.OWNER_ENV: str(os.getpid()),
+        process.MARKER_ENV: process.ray_marker(marker_prefix), process.OWNER_ENV: str(os.getpid()),
         ADDRESS_ENV: None}
     with process.environ(private_env if started_here else {}):
         if started_here:

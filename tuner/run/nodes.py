@@ -195,9 +195,12 @@ def _node_of(pid: int) -> str | None:
 
 def _sweep_here(prefix: str) -> tuple[str, list[int]]:
     """This node's leftovers of the experiment (those of another node sharing this machine,
-    in a simulated cluster, are left to that node's sweep)."""
+    in a simulated cluster, are left to that node's sweep; a private Ray's own processes to
+    the reap after its shutdown)."""
     node = ray.get_runtime_context().get_node_id()
-    found = [m.pid for m in process.marked_processes(prefix) if _node_of(m.pid) in (node, None)]
+    ray_here = process.ray_marker(prefix)  # the Ray this sweep runs on
+    found = [m.pid for m in process.marked_processes(prefix)
+             if m.marker != ray_here and _node_of(m.pid) in (node, None)]
     return node, process.kill_processes(found, grace=3.0) if found else []
 
 
