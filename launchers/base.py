@@ -202,9 +202,10 @@ class Workload(ABC):
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> Running:
         """Spawn the plan as one marked process tree, logging into ctx.trial_dir."""
 
-    def identity(self, config: Mapping[str, Value], experiment: str) -> str | None:
+    def identity(self, config: Mapping[str, Value], ctx: TrialContext) -> str | None:
         """What this configuration resolves to on the server, as a key two configurations
-        that run alike share (None: unknown here; the search then uses known rules)."""
+        that run alike share (None: unknown here; the search then uses known rules). ``ctx``:
+        a trial's, on the driver (its GPUs, the experiment's folder)."""
         return None
 
     def describe(self) -> dict[str, Any]:

@@ -73,8 +73,12 @@ class Setup:
 
     def identity(self, config: Mapping[str, Value]) -> str | None:
         """When two configurations are one point: what the workload resolves them to (SGLang's
-        own resolution, on the driver); None: unknown (the search uses SGLang's known rules)."""
-        return self.workload.identity(config, self.spec.marker_id)
+        own resolution, on the driver, planned as a trial runs it); None: unknown (the search
+        uses SGLang's known rules)."""
+        args = self.spec.workload
+        ctx = self.context("identity", self.out_dir.resolve() / "identity",
+                           args.port or args.production_port)
+        return self.workload.identity(config, replace(ctx, experiment=self.spec.marker_id))
 
     def notes(self) -> tuple[str, ...]:
         """What the workload says about itself on this machine (the proxy on CPU: NCCL knobs

@@ -313,21 +313,18 @@ class SGLangWorkload(Workload):
                                       f"port {plan.port} on {plan.host} is already in use"))
         if not self.args.preflight:
             return []
-        flags = list(plan.argv[len(self.args.server_cmd):])
-        # SGLang's parser runs in the interpreter that runs SGLang (a console script's shebang)
-        python = self.args.preflight_python or sglang_parser.python_for(self.args.server_cmd)
+        flags, python, sglang_env = self._questions(plan)
         cache = ctx.trial_dir.parent / PREFLIGHT_CACHE
         result = sglang_parser.check_argv(flags, python=python, cache_path=cache,
                                           experiment=ctx.experiment)
         if result.ok is False:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang rejected the command: " + result.error))
-        resolution = sglang_parser.resolve(flags, python, cache, ctx.experiment)
+        resolution = sglang_parser.resolve(flags, python, cache, ctx.experiment).at_port(plan.port)
         resolved.record(ctx.trial_dir, resolution, plan.env)
         if resolution.ok is False:  # SGLang's own checks (ServerArgs): it would not start
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang's checks rejected the command: " + resolution.error))
-        sglang_env = sorted((k, v) for k, v in plan.env.items() if k.startswith("SGLANG_"))
         readings = sglang_parser.check_env(sglang_env, python=python, cache_path=cache,
                                            experiment=ctx.experiment)
         for (name, text), reading in zip(sglang_env, readings, strict=True):
@@ -340,17 +337,31 @@ class SGLangWorkload(Workload):
                          + "; ".join(resolution.skipped))
         return notes
 
-    def identity(self, config: Mapping[str, Value], experiment: str) -> str | None:
-        """SGLang's own resolution of the configuration's command (the resident reader, on
-        this machine), as a key: configurations it resolves alike are one point."""
+    def _questions(self, plan: LaunchPlan
+                   ) -> tuple[list[str], str | None, list[tuple[str, str]]]:
+        """What the preflight asks SGLang about a plan: its flags, in the interpreter that runs
+        SGLang (a console script's shebang), and its ``SGLANG_*`` variables."""
         a = self.args
-        if not a.preflight:
-            return None
-        ctx = TrialContext(experiment, "identity", Path("identity"), port=a.port or 30000)
-        plan = self.plan(config, ctx)
+        flags = list(plan.argv[len(a.server_cmd):])
         python = a.preflight_python or sglang_parser.python_for(a.server_cmd)
-        resolution = sglang_parser.resolve(list(plan.argv[len(a.server_cmd):]), python, None,
-                                           experiment)
+        return flags, python, sorted((k, v) for k, v in plan.env.items() if k.startswith("SGLANG_"))
+
+    def identity(self, config: Mapping[str, Value], ctx: TrialContext) -> str | None:
+        """SGLang's own resolution of the configuration's command (the resident reader, on
+        this machine), as a key: configurations it resolves alike are one point. Every answer
+        the trial's preflight needs goes into the experiment's cache beside ``ctx.trial_dir``,
+        so a trial of this configuration starts no reader of its own (one SGLang import, ~20 s
+        per trial on the H200)."""
+        if not self.args.preflight:
+            return None
+        plan = self.plan(config, ctx)
+        flags, python, sglang_env = self._questions(plan)
+        cache = ctx.trial_dir.parent / PREFLIGHT_CACHE
+        if sglang_parser.check_argv(flags, python, cache, ctx.experiment).ok is False:
+            return None  # the trial fails at its parse; SGLang resolves nothing
+        resolution = sglang_parser.resolve(flags, python, cache, ctx.experiment)
+        if resolution.ok and sglang_env:
+            sglang_parser.check_env(sglang_env, python, cache, ctx.experiment)
         return resolved.key(resolution, knob_env(config)[0])
 
     def dataset(self, seed: int = 0) -> datasets.Dataset:

@@ -21,7 +21,7 @@ import subprocess
 import threading
 import weakref
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,13 @@ class Resolution:
                    placeholders=tuple(data.get("placeholders", ())),
                    device=data.get("device"), sglang_version=data.get("sglang_version"))
 
+    def at_port(self, port: int | None) -> Resolution:
+        """This resolution for a launch on ``port`` (an answer from the disk cache may have
+        been resolved for another port: the keys leave the port out)."""
+        if port is None or not self.resolved or "port" not in self.resolved:
+            return self
+        return replace(self, resolved={**self.resolved, "port": port})
+
 
 SKIPPED = PreflightResult(ok=None)
 RESOLVE_SKIPPED = Resolution(ok=None)
@@ -132,6 +139,7 @@ class ParserCheck:
         self._memory: dict[tuple[str, Hashable], Any] = {}
         self._skipped: set[str] = set()  # interpreters the check cannot run with
         self._versions: dict[str, str | None] = {}
+        self._stored: set[tuple[Path, str]] = set()  # (cache file, key) written or read
         self._residents: dict[tuple[str, str], Resident] = {}
         weakref.finalize(self, close_all, self._residents)  # at exit, or when dropped
 
@@ -190,15 +198,18 @@ class ParserCheck:
                     known[q] = self._memory[(interpreter, (op, q))]
         missing = list(dict.fromkeys(q for q in wanted if q not in known))
         version = None
-        if missing and cache_path is not None:
+        if cache_path is not None:
             version = self._installed_version(interpreter, experiment)
-            if version is not None:
-                on_disk = preflight_cache.load(cache_path)
-                for q in missing:
-                    data = on_disk.get(_disk_key(op, interpreter, version, q))
-                    if data is not None:
-                        known[q] = _from_json(op, data)
-                missing = [q for q in missing if q not in known]
+        if missing and cache_path is not None and version is not None:
+            on_disk = preflight_cache.load(cache_path)
+            for q in missing:
+                data = on_disk.get(_disk_key(op, interpreter, version, q))
+                if data is not None:
+                    known[q] = _from_json(op, data)
+            with self._lock:
+                self._stored.update((cache_path, _disk_key(op, interpreter, version, q))
+                                    for q in missing if q in known)
+            missing = [q for q in missing if q not in known]
         if missing:
             try:
                 fresh = self._fresh(interpreter, experiment, op, missing)
@@ -206,12 +217,20 @@ class ParserCheck:
                 self._skip(interpreter, why)
                 return [known.get(q) for q in wanted]
             known.update(fresh)
-            if cache_path is not None and version is not None:
-                preflight_cache.store(cache_path, {_disk_key(op, interpreter, version, q):
-                                                   r.to_json() for q, r in fresh.items()})
+        if cache_path is not None and version is not None:
+            # Answers this process holds go to the file once, those from memory included: the
+            # driver's answers (the search's identity) are what the trials read back there.
+            self._store(cache_path, {_disk_key(op, interpreter, version, q): known[q]
+                                     for q in wanted})
         with self._lock:
             self._memory.update({(interpreter, (op, q)): r for q, r in known.items()})
         return [known[q] for q in wanted]
+
+    def _store(self, cache_path: Path, answers: dict[str, Any]) -> None:
+        with self._lock:
+            new = {k: r for k, r in answers.items() if (cache_path, k) not in self._stored}
+            self._stored.update((cache_path, k) for k in new)
+        preflight_cache.store(cache_path, {k: r.to_json() for k, r in new.items()})
 
     def _fresh(self, interpreter: str, experiment: str | None, op: str, questions: list[Any]
                ) -> dict[Any, Any]:
@@ -313,11 +332,25 @@ def _argv(argv: Sequence[str]) -> Argv:
     return tuple(str(word) for word in argv)
 
 
+def per_launch_free(argv: Argv) -> Argv:
+    """The argv with its ``--port`` value blanked, for the disk keys: a trial's port is picked
+    when it starts, and the port is per launch (resolved.PER_LAUNCH), so the driver's answers
+    for a configuration serve every trial of it. (SGLang derives a port from it only in its
+    legacy gRPC mode: ``--grpc-port`` defaults to port + 10000.)"""
+    words = list(argv)
+    for i, word in enumerate(words):
+        if word == "--port" and i + 1 < len(words):
+            words[i + 1] = ""
+        elif word.startswith("--port="):
+            words[i] = "--port="
+    return tuple(words)
+
+
 def _disk_key(op: str, interpreter: str, version: str, question: Any) -> str:
     if op == "parse":
-        return preflight_cache.argv_key(interpreter, version, question)
+        return preflight_cache.argv_key(interpreter, version, per_launch_free(question))
     if op == "resolve":
-        return preflight_cache.resolve_key(interpreter, version, question)
+        return preflight_cache.resolve_key(interpreter, version, per_launch_free(question))
     return preflight_cache.env_key(interpreter, version, *question)
 
 

@@ -6,12 +6,14 @@ their config.json copied to tests/launchers/models/)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from launchers.base import TrialContext
 from launchers.failures import FailureKind, TrialFailed
+from launchers.sglang import preflight as sglang_preflight
 from launchers.sglang import resolved
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
 from launchers.sglang.preflight import ParserCheck
@@ -84,15 +86,40 @@ def test_a_partial_shape_is_an_invalid_config_trial_before_any_launch(tmp_path: 
     assert (tmp_path / "t1" / resolved.RESOLVED_FILE).is_file()
 
 
-def test_configurations_that_resolve_alike_share_an_identity() -> None:
+def test_configurations_that_resolve_alike_share_an_identity(tmp_path: Path) -> None:
     workload = _workload([])
+    ctx = TrialContext("resolution-test", "identity", tmp_path / "identity", port=30000)
     same = [workload.identity({"--speculative-num-steps": 3, "--speculative-eagle-topk": 1,
-                               "--speculative-num-draft-tokens": d}, "resolution-test")
+                               "--speculative-num-draft-tokens": d}, ctx)
             for d in (4, 8)]
     assert same[0] is not None and same[0] == same[1]
     other = workload.identity({"--speculative-num-steps": 2, "--speculative-eagle-topk": 1,
-                               "--speculative-num-draft-tokens": 3}, "resolution-test")
+                               "--speculative-num-draft-tokens": 3}, ctx)
     assert other != same[0]
+
+
+def test_the_drivers_identity_answers_the_trials_preflight(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """What the search's identity asked SGLang on the driver is in the experiment's cache: a
+    trial of that configuration, on its own port, in a process of its own (a Ray worker),
+    asks SGLang nothing (on the H200 each trial's own reader cost 18-25 s of SGLang's import)."""
+    workload = _workload([])
+    config = {"--speculative-num-steps": 3, "--speculative-eagle-topk": 1}
+    driver = TrialContext("resolution-test", "identity", tmp_path / "identity", port=30000)
+    assert workload.identity(config, driver) is not None
+    trial_process = ParserCheck()
+
+    def asked(*question: object) -> None:
+        raise AssertionError(f"the trial asked SGLang {question!r}")
+
+    monkeypatch.setattr(trial_process, "_fresh", asked)
+    monkeypatch.setattr(sglang_preflight, "_checker", trial_process)
+    ctx = TrialContext("resolution-test", "t1", tmp_path / "t1", port=30123)
+    workload.preflight(workload.plan(config, ctx), ctx)
+    data = json.loads((tmp_path / "t1" / resolved.RESOLVED_FILE).read_text())
+    assert data["ok"] is True and data["resolved"]["port"] == 30123
+    assert data["shown"]["speculative_num_draft_tokens"] == 4
 
 
 @pytest.mark.parametrize("name", preset_names())

@@ -156,6 +156,33 @@ def test_disk_cache_survives_the_process(fake: FakePython, tmp_path: Path) -> No
     assert [p.name for p in cache.parent.iterdir()] == ["preflight.json"]  # no temp files
 
 
+def test_disk_cache_leaves_the_port_out(fake: FakePython, tmp_path: Path) -> None:
+    """A trial's port is picked when it starts: the driver's answer for a configuration (on
+    SGLang's default port) serves every trial of it, whatever port that trial got."""
+    cache = tmp_path / "preflight.json"
+    ParserCheck().check_argv([*BASE, "--port", "30000"], python=str(fake), cache_path=cache)
+    again = ParserCheck().check_many([[*BASE, "--port", "31234"], [*BASE, "--port=31235"]],
+                                     python=str(fake), cache_path=cache)
+    assert [r.ok for r in again] == [True, True] and fake.parses == 2  # one for --port=
+    ParserCheck().check_argv([*BASE, "--port=40000"], python=str(fake), cache_path=cache)
+    assert fake.parses == 2
+    assert preflight.per_launch_free(("--tp-size", "2", "--port", "1")) == \
+        ("--tp-size", "2", "--port", "")
+
+
+def test_answers_held_in_memory_reach_a_cache_file_asked_later(fake: FakePython,
+                                                                tmp_path: Path) -> None:
+    """The driver may hold an answer from a question asked without a file (the baseline's
+    check): asked again with the experiment's file, it is written there for the trials."""
+    checker = ParserCheck()
+    checker.check_argv(BASE, python=str(fake))
+    cache = tmp_path / "preflight.json"
+    checker.check_argv(BASE, python=str(fake), cache_path=cache)
+    assert fake.parses == 1 and len(json.loads(cache.read_text())["entries"]) == 1
+    assert ParserCheck().check_argv(BASE, python=str(fake), cache_path=cache).ok is True
+    assert fake.parses == 1
+
+
 def test_disk_cache_is_keyed_by_sglang_version(fake: FakePython, tmp_path: Path) -> None:
     cache = tmp_path / "preflight.json"
     ParserCheck().check_argv(BASE, python=str(fake), cache_path=cache)
