@@ -337,21 +337,16 @@ class SGLangWorkload(Workload):
                          + "; ".join(resolution.skipped))
         return notes
 
-    def _questions(self, plan: LaunchPlan
-                   ) -> tuple[list[str], str | None, list[tuple[str, str]]]:
-        """What the preflight asks SGLang about a plan: its flags, in the interpreter that runs
-        SGLang (a console script's shebang), and its ``SGLANG_*`` variables."""
+    def _questions(self, plan: LaunchPlan) -> tuple[list[str], str | None, list[sglang_parser.EnvValue]]:
+        """The plan's flags, the interpreter that runs SGLang, its ``SGLANG_*`` variables."""
         a = self.args
         flags = list(plan.argv[len(a.server_cmd):])
         python = a.preflight_python or sglang_parser.python_for(a.server_cmd)
         return flags, python, sorted((k, v) for k, v in plan.env.items() if k.startswith("SGLANG_"))
 
     def identity(self, config: Mapping[str, Value], ctx: TrialContext) -> str | None:
-        """SGLang's own resolution of the configuration's command (the resident reader, on
-        this machine), as a key: configurations it resolves alike are one point. Every answer
-        the trial's preflight needs goes into the experiment's cache beside ``ctx.trial_dir``,
-        so a trial of this configuration starts no reader of its own (one SGLang import, ~20 s
-        per trial on the H200)."""
+        """SGLang's own resolution of the command as a key (what resolves alike is one point),
+        its answers left in the experiment's cache: a trial's preflight then starts no reader."""
         if not self.args.preflight:
             return None
         plan = self.plan(config, ctx)
