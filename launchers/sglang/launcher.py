@@ -313,21 +313,15 @@ class SGLangWorkload(Workload):
                                       f"port {plan.port} on {plan.host} is already in use"))
         if not self.args.preflight:
             return []
-        flags, python, sglang_env = self._questions(plan)
-        cache = ctx.trial_dir.parent / PREFLIGHT_CACHE
-        result = sglang_parser.check_argv(flags, python=python, cache_path=cache,
-                                          experiment=ctx.experiment)
-        if result.ok is False:
+        result, resolution, readings = self._answers(plan, ctx)
+        if result.ok is False or resolution is None:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang rejected the command: " + result.error))
-        resolution = sglang_parser.resolve(flags, python, cache, ctx.experiment).at_port(plan.port)
         resolved.record(ctx.trial_dir, resolution, plan.env)
         if resolution.ok is False:  # SGLang's own checks (ServerArgs): it would not start
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
                                       "SGLang's checks rejected the command: " + resolution.error))
-        readings = sglang_parser.check_env(sglang_env, python=python, cache_path=cache,
-                                           experiment=ctx.experiment)
-        for (name, text), reading in zip(sglang_env, readings, strict=True):
+        for (name, text), reading in readings:
             reason = env_rejection(name, text, reading)
             if reason:
                 raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, reason))
@@ -337,27 +331,33 @@ class SGLangWorkload(Workload):
                          + "; ".join(resolution.skipped))
         return notes
 
-    def _questions(self, plan: LaunchPlan) -> tuple[list[str], str | None, list[sglang_parser.EnvValue]]:
-        """The plan's flags, the interpreter that runs SGLang, its ``SGLANG_*`` variables."""
+    def _answers(self, plan: LaunchPlan, ctx: TrialContext) -> tuple[
+            sglang_parser.PreflightResult, sglang_parser.Resolution | None,
+            list[tuple[sglang_parser.EnvValue, sglang_parser.EnvResult]]]:
+        """SGLang's answers on a plan through the experiment's cache: the parse, then unless it
+        rejects the resolution (at the plan's port), then unless that rejects each
+        ``SGLANG_*`` variable. In the interpreter that runs SGLang (a console script's shebang)."""
         a = self.args
         flags = list(plan.argv[len(a.server_cmd):])
         python = a.preflight_python or sglang_parser.python_for(a.server_cmd)
-        return flags, python, sorted((k, v) for k, v in plan.env.items() if k.startswith("SGLANG_"))
+        cache, experiment = ctx.trial_dir.parent / PREFLIGHT_CACHE, ctx.experiment
+        parse = sglang_parser.check_argv(flags, python, cache, experiment)
+        if parse.ok is False:
+            return parse, None, []
+        resolution = sglang_parser.resolve(flags, python, cache, experiment).at_port(plan.port)
+        if resolution.ok is False:
+            return parse, resolution, []
+        env = sorted((k, v) for k, v in plan.env.items() if k.startswith("SGLANG_"))
+        return parse, resolution, list(zip(env, sglang_parser.check_env(env, python, cache,
+                                                                        experiment), strict=True))
 
     def identity(self, config: Mapping[str, Value], ctx: TrialContext) -> str | None:
         """SGLang's own resolution of the command as a key (what resolves alike is one point),
         its answers left in the experiment's cache: a trial's preflight then starts no reader."""
         if not self.args.preflight:
             return None
-        plan = self.plan(config, ctx)
-        flags, python, sglang_env = self._questions(plan)
-        cache = ctx.trial_dir.parent / PREFLIGHT_CACHE
-        if sglang_parser.check_argv(flags, python, cache, ctx.experiment).ok is False:
-            return None  # the trial fails at its parse; SGLang resolves nothing
-        resolution = sglang_parser.resolve(flags, python, cache, ctx.experiment)
-        if resolution.ok and sglang_env:
-            sglang_parser.check_env(sglang_env, python, cache, ctx.experiment)
-        return resolved.key(resolution, knob_env(config)[0])
+        _, resolution, _ = self._answers(self.plan(config, ctx), ctx)
+        return resolved.key(resolution, knob_env(config)[0]) if resolution else None
 
     def dataset(self, seed: int = 0) -> datasets.Dataset:
         """The prompts this workload sends. Raises datasets.DatasetError."""
