@@ -36,6 +36,7 @@
 #   sglang-campaign join and install Ray (.raywheel2), then `servetune run --workload sglang` on the
 #               tiny models over benchmarks/sglang-h200-tiny.yaml (grid, ASHA, confirm, report)
 #   sglang-profile  `servetune profile` of that campaign (after sglang-campaign, same machine)
+#   sglang-knobs    `servetune knobs --check` against the staged SGLang (0.5.16)
 # With SGLang staged in /root/site (shared/tools/device-sglang-prepare, its calls A and B):
 #   native-tests      the gpu-marked native-mode tests (every TP 2 path through SGLang's own
 #                     GroupCoordinator captures and passes the gate; which communicator served)
@@ -204,6 +205,10 @@ sglang-profile)
   step sglang_profile 300 python3 -m tuner profile runs/sglang-h200 --steps 20
   tail -30 "$OUT/sglang_profile.log"
   tar czf "$OUT/sglang_profile.tgz" --exclude='*.trace.json.gz' runs/sglang-h200/profile ;;
+sglang-knobs)
+  with_sglang
+  step sglang_knobs 200 python3 -m tuner knobs --check --python python3
+  tail -40 "$OUT/sglang_knobs.log" ;;
 native-tests)
   step native_tests 560 "${SGL[@]}" python3 -m pytest -m gpu tests/launchers/proxy/test_gpu_native.py \
     -q -p no:cacheprovider -rs -x
