@@ -35,6 +35,7 @@
 #   sglang-ray1     stage and install .raywheel1 (shared/tools/device-ray-prepare), Ray's first half
 #   sglang-campaign join and install Ray (.raywheel2), then `servetune run --workload sglang` on the
 #               tiny models over benchmarks/sglang-h200-tiny.yaml (grid, ASHA, confirm, report)
+#   sglang-resume   `servetune run --resume` of that campaign, where the call's time ran out
 #   sglang-profile  `servetune profile` of that campaign (after sglang-campaign, same machine)
 #   sglang-knobs    `servetune knobs --check` against the staged SGLang (0.5.16)
 # With SGLang staged in /root/site (shared/tools/device-sglang-prepare, its calls A and B):
@@ -139,6 +140,12 @@ sglang_probe() {  # everything under $OUT/probe/, then one tarball (the device r
   tar czf "$OUT/probe.tgz" -C "$OUT" probe && rm -rf "$P"
 }
 
+campaign_outputs() {  # the campaign's log tail, its report and its folder
+  tail -45 "$OUT/$1.log"
+  python3 -m tuner report runs/sglang-h200 >"$OUT/sglang_report.txt" 2>&1
+  tar czf "$OUT/sglang_campaign.tgz" --exclude='*.trace.json.gz' --exclude='nccl-*.log' runs/sglang-h200
+}
+
 case "${1:-}" in
 wheels1)
   mkdir -p "$STAGE" /root/pylibs && cp .raywheel1/* "$STAGE"/ &&
@@ -197,9 +204,11 @@ sglang-campaign)
     --space benchmarks/sglang-h200-tiny.yaml --search grid --samples 8 --scheduler asha \
     --metric verify_ms --mode min --weights dummy --confirm 2 --confirm-top 1 --rounds 3 \
     --input-len 64 --output-len 64 --requests-per-round 8 --no-dashboard --out runs/sglang-h200
-  tail -45 "$OUT/sglang_campaign.log"
-  python3 -m tuner report runs/sglang-h200 >"$OUT/sglang_report.txt" 2>&1
-  tar czf "$OUT/sglang_campaign.tgz" --exclude='*.trace.json.gz' --exclude='nccl-*.log' runs/sglang-h200 ;;
+  campaign_outputs sglang_campaign ;;
+sglang-resume)
+  with_sglang
+  step sglang_resume 560 python3 -m tuner run --resume runs/sglang-h200
+  campaign_outputs sglang_resume ;;
 sglang-profile)
   with_sglang
   step sglang_profile 300 python3 -m tuner profile runs/sglang-h200 --steps 20

@@ -87,11 +87,13 @@ class CampaignRun:
     lines: list[str]  # what servetune printed about the campaign
     estimated_saving_s: float | None  # servetune's own estimate of what random weights saved
     out: str  # the experiment folder
+    failures: list[str]  # each trial that did not end ok: id, phase, kind, message
 
     def text(self) -> str:
+        failed = f"; failed: {'; '.join(self.failures)}" if self.failures else ""
         return (f"--weights {self.weights}: campaign {self.campaign_s:.1f} s (servetune "
                 f"{self.process_s:.1f} s), {self.trials} trials, {self.on_dummy} on random "
-                f"weights; decision {self.kind}: {self.chosen}")
+                f"weights; decision {self.kind}: {self.chosen}{failed}")
 
 
 def run_campaign(root: Path, ray_tmp: Path, weights: str, settings: Settings) -> CampaignRun:
@@ -113,9 +115,11 @@ def run_campaign(root: Path, ray_tmp: Path, weights: str, settings: Settings) ->
     lines = [ln for ln in result.stdout.splitlines()
              if ln.startswith(("campaign:", "saved by random weights", "weights"))]
     estimate = readiness.campaign(exp.out, table).saved_s
+    failures = [f"{r.trial_id} ({r.phase}) {r.failure_kind}: {r.failure}"
+                for r in table[table["status"] != "ok"].itertuples()]
     return CampaignRun(weights, result.seconds, max(ends) - min(starts), len(table), dummy,
                        decision["kind"], decision.get("config"), accept, lines, estimate,
-                       str(exp.out))
+                       str(exp.out), failures)
 
 
 def saving(auto: CampaignRun, real: CampaignRun) -> float:

@@ -208,6 +208,12 @@ class Workload(ABC):
         a trial's, on the driver (its GPUs, the experiment's folder)."""
         return None
 
+    def refusal(self, config: Mapping[str, Value], ctx: TrialContext) -> str | None:
+        """Why the server's own checks, asked on the driver (``ctx``: a trial's), refuse
+        this configuration: it would end ``invalid_config`` at its preflight. None: they
+        accept it, or cannot be asked here."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind}
 

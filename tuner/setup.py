@@ -75,10 +75,19 @@ class Setup:
         """When two configurations are one point: what the workload resolves them to (SGLang's
         own resolution, on the driver, planned as a trial runs it); None: unknown (the search
         uses SGLang's known rules)."""
+        return self.workload.identity(config, self._driver_context())
+
+    def refusal(self, config: Mapping[str, Value]) -> str | None:
+        """Why the workload's own checks, asked on the driver as a trial's preflight asks
+        them, refuse ``config`` (None: they accept it, or cannot be asked here)."""
+        return self.workload.refusal(config, self._driver_context())
+
+    def _driver_context(self) -> TrialContext:
+        """A trial's context on the driver: its GPUs, the experiment's marker and cache."""
         args = self.spec.workload
         ctx = self.context("identity", self.out_dir.resolve() / "identity",
                            args.port or args.production_port)
-        return self.workload.identity(config, replace(ctx, experiment=self.spec.marker_id))
+        return replace(ctx, experiment=self.spec.marker_id)
 
     def notes(self) -> tuple[str, ...]:
         """What the workload says about itself on this machine (the proxy on CPU: NCCL knobs

@@ -22,9 +22,9 @@ from launchers.sglang.profile import STEP_SPANS
 from launchers.sglang.running import SGLangRunning
 from launchers.sglang.server_args import (
     conflicting_server_args,
-    env_rejection,
     flag_name,
     missing_path,
+    rejection,
     server_arg,
 )
 from launchers.sglang.startup import STARTUP_KEYS
@@ -313,18 +313,12 @@ class SGLangWorkload(Workload):
                                       f"port {plan.port} on {plan.host} is already in use"))
         if not self.args.preflight:
             return []
-        result, resolution, readings = self._answers(plan, ctx)
-        if result.ok is False or resolution is None:
-            raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
-                                      "SGLang rejected the command: " + result.error))
-        resolved.record(ctx.trial_dir, resolution, plan.env)
-        if resolution.ok is False:  # SGLang's own checks (ServerArgs): it would not start
-            raise TrialFailed(Failure(FailureKind.INVALID_CONFIG,
-                                      "SGLang's checks rejected the command: " + resolution.error))
-        for (name, text), reading in readings:
-            reason = env_rejection(name, text, reading)
-            if reason:
-                raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, reason))
+        result, resolution, _ = answers = self._answers(plan, ctx)
+        if resolution is not None:
+            resolved.record(ctx.trial_dir, resolution, plan.env)
+        reason = rejection(*answers)  # (it names a missing resolution too)
+        if reason is not None or resolution is None:
+            raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, str(reason)))
         notes = [f"SGLang: {w}" for w in result.warnings]
         if resolution.skipped:
             notes.append("SGLang's checks that need what this machine lacks did not run: "
@@ -358,6 +352,12 @@ class SGLangWorkload(Workload):
             return None
         _, resolution, _ = self._answers(self.plan(config, ctx), ctx)
         return resolved.key(resolution, knob_env(config)[0]) if resolution else None
+
+    def refusal(self, config: Mapping[str, Value], ctx: TrialContext) -> str | None:
+        """What the trial's preflight would reject (the answers stay in the cache)."""
+        if not self.args.preflight:
+            return None
+        return rejection(*self._answers(self.plan(config, ctx), ctx))
 
     def dataset(self, seed: int = 0) -> datasets.Dataset:
         """The prompts this workload sends. Raises datasets.DatasetError."""

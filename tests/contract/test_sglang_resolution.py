@@ -122,6 +122,22 @@ def test_the_drivers_identity_answers_the_trials_preflight(tmp_path: Path,
     assert data["shown"]["speculative_num_draft_tokens"] == 4
 
 
+def test_the_driver_refuses_what_the_trials_preflight_would(tmp_path: Path) -> None:
+    """The search asks SGLang on the driver whether a configuration would start: the
+    refusal is the text the trial's preflight fails with, and a shape SGLang accepts has
+    none."""
+    workload = _workload([])
+    driver = TrialContext("resolution-test", "identity", tmp_path / "identity", port=30000)
+    refused = workload.refusal({"--speculative-eagle-topk": 1}, driver)
+    assert refused and refused.startswith("SGLang's checks rejected the command: AssertionError")
+    assert workload.refusal({"--speculative-num-steps": 3, "--speculative-eagle-topk": 1},
+                            driver) is None
+    ctx = TrialContext("resolution-test", "t1", tmp_path / "t1", port=30123)
+    with pytest.raises(TrialFailed) as info:
+        workload.preflight(workload.plan({"--speculative-eagle-topk": 1}, ctx), ctx)
+    assert info.value.failure.message == refused
+
+
 @pytest.mark.parametrize("name", preset_names())
 def test_no_preset_renders_a_shape_sglang_asserts_on(name: str, checker: ParserCheck) -> None:
     """Every valid point of every preset (and every stage's) resolves in SGLang's own checks."""

@@ -67,6 +67,7 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
                              max_concurrent=slots, out_dir=out_dir,
                              points=spec.points or None, study=study,
                              weights=setup.weights, identity=setup.identity,
+                             refusal=setup.refusal,
                              workload=setup.workload.kind)
         if study is not None:
             echo(f"Optuna study {study.name!r} in {study.storage} "

@@ -24,11 +24,12 @@ from typing import Any
 from launchers import gpu, process, trace
 from launchers.base import TrialContext, Workload
 from launchers.failures import TrialFailed
-from search_spaces.knobs import Value
+from search_spaces.knobs import Value, without_weights
 from tuner.output.files import BEST_JSON, RESULTS_CSV, RUN_JSON, read_json
 from tuner.output.profile_report import PLOT_PNG, PROFILE_DIR, PROFILE_JSON, TABLE_TXT, plot, table_lines
 from tuner.run.lifecycle import Launch, Limits
 from tuner.setup import Print, Setup
+from tuner.weights import CONFIRM
 
 log = logging.getLogger(__name__)
 
@@ -182,17 +183,24 @@ def baseline_trial(out_dir: Path) -> str | None:
 def experiment_targets(setup: Setup, config: Mapping[str, Value] | None = None,
                        label: str | None = None, baseline: bool = True) -> list[Target]:
     """The baseline (unless told not to) and the given config, else the chosen one from
-    best.json; a chosen config equal to the baseline is profiled once."""
+    best.json; a chosen config equal to the baseline is profiled once. Each loads the weights
+    the experiment decided on (its confirm stage's: random ones only with ``--weights
+    dummy``, where the checkpoint may have none)."""
     out = setup.spec.out_dir
-    base = Target("baseline", setup.space.baseline(), baseline_trial(out))
+    weights = setup.weights.pins(CONFIRM)
+
+    def complete(config: Mapping[str, Value]) -> dict[str, Value]:
+        return {**setup.space.complete(without_weights(config)), **weights}
+
+    base = Target("baseline", complete(setup.space.baseline()), baseline_trial(out))
     other: Target | None = None
     if config is not None:
-        other = Target(label or "config", setup.space.complete(config))
+        other = Target(label or "config", complete(config))
     else:
         best = read_json(out / BEST_JSON)
         if isinstance(best, dict) and isinstance(best.get("config"), dict):
             tid = best.get("trial_id")
-            other = Target(label or "best", setup.space.complete(best["config"]),
+            other = Target(label or "best", complete(best["config"]),
                            str(tid) if tid else None)
     targets = [base] if baseline else []
     if other is not None and not (baseline and other.config == base.config):

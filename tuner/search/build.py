@@ -20,7 +20,7 @@ from tuner.search.auto import AutoSearcher
 from tuner.search.budget import estimate, sized_budget
 from tuner.search.filtering import FilteringSearcher
 from tuner.search.fixed import FixedPoints
-from tuner.search.keys import Identity
+from tuner.search.keys import Identity, Refusal
 from tuner.search.memory import FailureMemory
 from tuner.search.space_searcher import SpaceSearcher
 from tuner.search.staged import StagedSearcher
@@ -114,14 +114,16 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
                  samples: int | None, seed: int, failure_aware: bool, max_concurrent: int,
                  out_dir: Path | None, points: list[dict[str, Any]] | None = None,
                  study: Study | None = None, weights: WeightPlan | None = None,
-                 identity: Identity | None = None, workload: str | None = None
-                 ) -> SearchStack:
+                 identity: Identity | None = None, refusal: Refusal | None = None,
+                 workload: str | None = None) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
     stack writes what it rejects and each stage's winner (None: nowhere, for a preview);
     ``study``: where Optuna keeps its study (None: in memory); ``weights``: which weights
     each stage's trials load (a staged search adds them per stage; any other search has one
     stage, so its space pins them); ``identity``: when two configurations are one point
-    (default: SGLang's known rules, keys.alike_key); ``workload``: its kind, for the time
+    (default: SGLang's known rules, keys.alike_key); ``refusal``: the workload's own checks
+    on the driver, a configuration they refuse is never launched (grid launches it to
+    record it); ``workload``: its kind, for the time
     estimate printed with a budget sized from the space."""
     notes: list[str] = []
     weights = weights or WeightPlan()
@@ -142,7 +144,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         fixed = FixedPoints(queue, ["baseline", *(f"point {i}" for i in range(1, len(queue)))],
                             objective.search_metric, objective.mode)
         filtering = FilteringSearcher(fixed, space, pass_invalid=True,
-                                      on_reject=rejects, identity=identity)
+                                      on_reject=rejects, identity=identity, refusal=refusal)
         notes.append(f"evaluating {len(queue)} given configurations (baseline first)")
         return SearchStack(ConcurrencyLimiter(filtering, max_concurrent=max_concurrent),
                            filtering, None, len(queue), notes)
@@ -167,7 +169,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     if search == "grid":
         samples = min(samples, space.size)
     filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
-                                  on_reject=rejects, identity=identity)
+                                  on_reject=rejects, identity=identity, refusal=refusal)
     limited = ConcurrencyLimiter(filtering, max_concurrent=max_concurrent)
     return SearchStack(limited, filtering, staged, samples, notes)
 

@@ -19,7 +19,7 @@ from ray.tune.search import Searcher
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.base import OwnSpaceSearcher
-from tuner.search.keys import Config, Identity, alike_key
+from tuner.search.keys import Config, Identity, Refusal, alike_key
 from tuner.search.memory import FailureMemory
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class FilteringSearcher(OwnSpaceSearcher):
                  memory: FailureMemory | None = None, pass_invalid: bool = False,
                  max_attempts: int = 50,
                  on_reject: Callable[[dict[str, Any]], None] | None = None,
-                 identity: Identity | None = None) -> None:
+                 identity: Identity | None = None, refusal: Refusal | None = None) -> None:
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
         self.space = space
@@ -41,6 +41,7 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.max_attempts = max_attempts
         self.on_reject = on_reject
         self.identity = identity  # configs that run alike are one point (_key)
+        self.refusal = refusal  # the workload's checks on the driver (_invalid)
         self.inner_id: dict[str, str] = {}
         self.scores: dict[str, float] = {}  # config key -> measured metric
         self.config_of: dict[str, Config] = {}
@@ -50,12 +51,12 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.fallback_trials: set[str] = set()
         self.rng = random.Random(0)
 
-    _transient = ("on_reject", "identity")
+    _transient = ("on_reject", "identity", "refusal")
 
     # Ray saves wrappers (objects with a ``searcher``) by get_state/set_state and the
     # innermost searcher by save/restore.
     def get_state(self) -> dict[str, Any]:
-        skip = ("searcher", "on_reject", "space", "identity")
+        skip = ("searcher", "on_reject", "space", "identity", "refusal")
         return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in skip})
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -86,7 +87,7 @@ class FilteringSearcher(OwnSpaceSearcher):
                 return suggestion
             config = self.space.complete(suggestion)
             key = self._key(config)
-            reasons = [] if self.pass_invalid else self.space.validate(config)
+            reasons = [] if self.pass_invalid else self._invalid(config)
             ruled = self.memory.ruled_out(config) if self.memory else []
             if not reasons and not ruled and key in self.launched:
                 self._note_repeat(config, key)
@@ -109,7 +110,7 @@ class FilteringSearcher(OwnSpaceSearcher):
         # trials): a random valid point keeps the search going, and is told to it afterwards.
         for _ in range(2000):
             config = self.space.sample(self.rng)
-            if self._key(config) in self.launched or self.space.validate(config) or (
+            if self._key(config) in self.launched or self._invalid(config) or (
                     self.memory and self.memory.ruled_out(config)):
                 continue
             log.info("%s: random fallback after %d rejected suggestions", trial_id,
@@ -119,6 +120,13 @@ class FilteringSearcher(OwnSpaceSearcher):
         log.warning("no new configuration after %d attempts: the search ends here",
                     self.max_attempts)
         return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _invalid(self, config: Config) -> list[str]:
+        """Why ``config`` cannot run: the space's rules, else the workload's own checks on
+        the driver (SGLang refuses it: refused here, never launched)."""
+        reasons = self.space.validate(config)
+        refused = None if reasons or self.refusal is None else self.refusal(config)
+        return [*reasons, *([refused] if refused else [])]
 
     def _not_launched(self, inner_id: str) -> None:
         """A searcher that counts its own launches (staged: each stage's budget) may say what
@@ -171,7 +179,8 @@ class FilteringSearcher(OwnSpaceSearcher):
 
     def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None) -> None:
         """Called by the results recorder with each finished trial's failure kind. A config
-        the space's own rules refuse (grid launches them, to record them) teaches the memory
-        nothing about any one value: the rule already names the combination."""
-        if self.memory is not None and not (kind is not None and self.space.validate(config)):
+        the space's rules or the workload's checks refuse (grid launches them, to record
+        them) teaches the memory nothing about any one value: the refusal names the
+        configuration (SGLang's TypeError for steps without topk is no verdict on steps)."""
+        if self.memory is not None and not (kind is not None and self._invalid(dict(config))):
             self.memory.record(config, trial_id, kind)

@@ -12,6 +12,10 @@ Config = dict[str, Value]
 # A configuration's identity for the search: two configurations the server would run alike
 # share it (the workload's own resolution); None where it cannot tell (then alike_key).
 Identity = Callable[[Mapping[str, Value]], "str | None"]
+# Why the workload's own checks, asked on the driver, refuse a configuration (SGLang's parser
+# and resolution: it would not start); None where they accept it or cannot be asked. A fact
+# about that configuration alone, so it teaches the failure memory nothing about a value.
+Refusal = Callable[[Mapping[str, Value]], "str | None"]
 
 
 def config_key(config: Mapping[str, Value]) -> str:

@@ -14,6 +14,7 @@ import pytest
 
 from launchers.process import marked_processes, reap_all
 from launchers.proxy.launcher import ProxyArgs
+from launchers.sglang.launcher import SGLangArgs
 from tuner import cli
 from tuner.cli.args import spec_from_args
 from tuner.output.profile_report import profile_summary
@@ -124,6 +125,23 @@ def test_targets(tmp_path: Path) -> None:
     assert [t.label for t in given] == ["baseline", "ll"]
     assert given[1].config == {**setup.space.baseline(), "NCCL_PROTO": "LL"}
     assert profile.gpu_ids_for(setup) == ()  # no GPUs here
+
+
+@pytest.mark.parametrize("weights, load", [("dummy", "dummy"), ("auto", None)])
+def test_targets_load_the_weights_the_experiment_decided_on(tmp_path: Path, weights: str,
+                                                            load: str | None) -> None:
+    """On the H200 `servetune profile` of a `--weights dummy` campaign launched the
+    checkpoint's weights, which the tiny model has none of (missing_weights)."""
+    spec = ExperimentSpec(name="w", out_dir=tmp_path / "exp", weights=weights,
+                          workload=SGLangArgs(model=str(tmp_path), speculative_algorithm="EAGLE3"))
+    setup = prepare(spec)
+    best = {"trial_id": "t7", "config": {"--speculative-num-steps": 3, "weights": "dummy"}}
+    (spec.out_dir / "best.json").parent.mkdir(parents=True)
+    (spec.out_dir / "best.json").write_text(json.dumps(best))
+    for target in profile.experiment_targets(setup):
+        argv = setup.workload.plan(target.config, setup.context("p", port=30000)).argv
+        shown = argv[argv.index("--load-format") + 1] if "--load-format" in argv else None
+        assert shown == load, (target.label, argv)
 
 
 def test_run_profile_flag_and_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

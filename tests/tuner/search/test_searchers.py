@@ -205,3 +205,60 @@ def test_the_workloads_own_identity_decides_when_it_can() -> None:
     one_point.set_search_properties("verify_ms", "min", {})
     steps = [p["--speculative-num-steps"] for p in _launched(one_point)]
     assert steps == [None, 3]
+
+
+def _refused_without_topk(config: Any) -> str | None:
+    """SGLang 0.5.16's own resolution on the H200: steps without topk is a TypeError."""
+    if config.get("--speculative-num-steps") and config.get("--speculative-eagle-topk") is None:
+        return "SGLang's checks rejected the command: TypeError: '>' not supported"
+    return None
+
+
+def _run(searcher: FilteringSearcher, refusal: Any) -> list[dict[str, Any]]:
+    """Launch until the searcher ends; a refused config fails as its preflight would."""
+    out: list[dict[str, Any]] = []
+    while (point := searcher.suggest(f"t{len(out)}")) not in (None, Searcher.FINISHED):
+        assert isinstance(point, dict)
+        trial, out = f"t{len(out)}", [*out, point]
+        kind = "invalid_config" if refusal(point) else None
+        searcher.record_outcome(trial, point, kind)
+        searcher.on_trial_complete(trial, None if kind else {"verify_ms": 1.0}, error=bool(kind))
+    return out
+
+
+def test_a_combination_sglang_refuses_convicts_no_value() -> None:
+    """The H200 campaign's grid: ``--speculative-num-steps 3`` alone failed SGLang's checks
+    (no topk), the baseline ran, and the memory ruled out steps 3 for good, so (3, 1, 4),
+    which SGLang accepts, never ran. A refusal the workload's checks name is a fact about that
+    configuration: grid still launches it to record it, and nothing is ruled out."""
+    space = from_mapping({"name": "s", "knobs": {
+        "--speculative-num-steps": [3], "--speculative-eagle-topk": [1],
+        "--speculative-num-draft-tokens": [4]}}, "test")
+    memory = FailureMemory(space.baseline())
+    rejected: list[dict[str, Any]] = []
+    searcher = FilteringSearcher(SpaceSearcher(space, "grid"), space, memory=memory,
+                                 pass_invalid=True, on_reject=rejected.append,
+                                 refusal=_refused_without_topk)
+    searcher.set_search_properties("verify_ms", "min", {})
+    shapes = [tuple(p[k] for k in space.domains) for p in _run(searcher, _refused_without_topk)]
+    assert (3, None, None) in shapes and (3, 1, 4) in shapes, shapes
+    assert memory.evidence() == [] and not [r for r in rejected if r["ruled_out"]]
+
+
+def test_a_configuration_sglang_refuses_on_the_driver_is_never_launched() -> None:
+    """Any search but grid: what the workload's checks refuse on the driver is logged with
+    SGLang's reason and never launched (an always-invalid value costs no launch)."""
+    space = from_mapping({"name": "s", "knobs": {
+        "--speculative-num-steps": [2, 3], "--speculative-eagle-topk": [1],
+        "NCCL_PROTO": ["LL", "Simple"]}}, "test")
+    rejected: list[dict[str, Any]] = []
+    searcher = FilteringSearcher(SpaceSearcher(space, "random", seed=3), space,
+                                 memory=FailureMemory(space.baseline()),
+                                 on_reject=rejected.append, refusal=_refused_without_topk)
+    searcher.set_search_properties("verify_ms", "min", {})
+    launched = _run(searcher, _refused_without_topk)
+    assert launched and not [p for p in launched if _refused_without_topk(p)]
+    refused = [r for r in rejected if r["invalid"]]
+    assert refused and all("TypeError" in r["invalid"][0] for r in refused)
+    assert len(launched) == sum(1 for p in space.grid() if not _refused_without_topk(p)
+                                and not space.validate(p))
