@@ -23,7 +23,10 @@ from launchers.trace.events import StepSpans
 
 ACTIVITIES = ("CPU", "GPU")
 # SGLang's step spans: ``step[VERIFY bs=N]``, ``step[DRAFT bs=N]``, any ``step[STAGE bs=N ...]``
-STEP_SPANS = StepSpans(re.compile(r"^step\[(?P<stage>[A-Za-z_]+) bs=(?P<bs>\d+)"))
+# (0.5.23). 0.5.16 names a span by its forward mode: ``step[TARGET_VERIFY bs=N]`` is the
+# verify step (its draft model's steps carry no step span; seen in an H200 trace).
+STEP_SPANS = StepSpans(re.compile(r"^step\[(?P<stage>[A-Za-z_]+) bs=(?P<bs>\d+)"),
+                       aliases=(("target_verify", "verify"),))
 
 
 class ProfileError(Exception):

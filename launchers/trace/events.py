@@ -41,17 +41,20 @@ class TraceError(ValueError):
 class StepSpans:
     """How one workload names its step spans: ``pattern`` matches a step span's name, its
     group ``stage`` is the step's kind (lower-cased) and its optional group ``bs`` the batch
-    size; a CPU span whose name starts with one of ``comm_prefixes`` wraps one collective."""
+    size; a CPU span whose name starts with one of ``comm_prefixes`` wraps one collective;
+    ``aliases`` (lower-cased stage -> kind): the names other releases give a kind."""
 
     pattern: re.Pattern[str]
     comm_prefixes: tuple[str, ...] = ()
+    aliases: tuple[tuple[str, str], ...] = ()
 
     def kind(self, name: str) -> tuple[str, int | None] | None:
         m = self.pattern.match(name)
         if m is None:
             return None
         bs = m.groupdict().get("bs")
-        return m.group("stage").lower(), int(bs) if bs is not None else None
+        stage = m.group("stage").lower()
+        return dict(self.aliases).get(stage, stage), int(bs) if bs is not None else None
 
 
 def resolve(spans: Sequence[StepSpans] | None) -> tuple[StepSpans, ...]:

@@ -107,3 +107,18 @@ def test_missing_rank_times_out(server: tuple[str, FakeProfiler], tmp_path: Path
     url, _ = server
     with pytest.raises(profile.ProfileError, match="1 of 2 trace files"):
         profile.capture(url, tmp_path, 8, 2, lambda: None, timeout=1.5)
+
+
+def test_a_real_0516_trace_names_its_verify_step_by_forward_mode() -> None:
+    """SGLang 0.5.16 on the H200 wrote ``step[TARGET_VERIFY bs=1]`` (0.5.23: ``VERIFY``), and
+    `servetune profile` found no verify step in it. The trace, trimmed to three verify steps
+    and one extend (launchers.trace.trim), is read as verify steps."""
+    path = Path(__file__).parent / "fixtures" / "sglang_0516_trace_h200.json.gz"
+    names = {e["name"] for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+             if e.get("cat") == "user_annotation"}
+    assert "step[TARGET_VERIFY bs=1]" in names and "step[VERIFY bs=1]" not in names
+    result = trace.read([path], SPANS)
+    verify = result.main("verify")
+    assert result.device == "gpu" and verify is not None and verify.steps == 3
+    assert verify.batch_size == 1 and 0.3 < verify.step_ms < 2.0
+    assert verify.split_ms["compute"] > 0 and result.main("target_verify") is None
