@@ -36,7 +36,9 @@
 #   sglang-campaign join and install Ray (.raywheel2), then `servetune run --workload sglang` on the
 #               tiny models over benchmarks/sglang-h200-tiny.yaml (grid, ASHA, confirm, report)
 #   sglang-resume   `servetune run --resume` of that campaign, where the call's time ran out
-#   sglang-profile  `servetune profile` of that campaign (after sglang-campaign, same machine)
+#   sglang-profile  `servetune profile` of that campaign (after sglang-campaign, same machine,
+#               or its folder carried back as runs/sglang-h200); SHAPE='{...}' profiles that
+#               config beside the baseline instead of the chosen one
 #   sglang-knobs    `servetune knobs --check` against the staged SGLang (0.5.16)
 # With SGLang staged in /root/site (shared/tools/device-sglang-prepare, its calls A and B):
 #   native-tests      the gpu-marked native-mode tests (every TP 2 path through SGLang's own
@@ -209,9 +211,10 @@ sglang-resume)
   with_sglang
   step sglang_resume 560 python3 -m tuner run --resume runs/sglang-h200
   campaign_outputs sglang_resume ;;
-sglang-profile)
+sglang-profile)  # the baseline and the chosen config; with a shape given, the baseline and it
   with_sglang
-  step sglang_profile 300 python3 -m tuner profile runs/sglang-h200 --steps 20
+  step sglang_profile 450 python3 -m tuner profile runs/sglang-h200 --steps 20 \
+    ${SHAPE:+--label shape --config "$SHAPE"}
   tail -30 "$OUT/sglang_profile.log"
   tar czf "$OUT/sglang_profile.tgz" --exclude='*.trace.json.gz' runs/sglang-h200/profile ;;
 sglang-knobs)
