@@ -14,7 +14,7 @@ from launchers import nccl_log
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_argv, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.process import ServerProcess, port_is_free
-from launchers.sglang import datasets, levers, multinode, resolved, weights
+from launchers.sglang import answers, datasets, levers, multinode, resolved, weights
 from launchers.sglang import preflight as sglang_parser
 from launchers.sglang import startup as sglang_startup
 from launchers.sglang.bench import ROUND_KEYS
@@ -24,7 +24,6 @@ from launchers.sglang.server_args import (
     conflicting_server_args,
     flag_name,
     missing_path,
-    rejection,
     server_arg,
 )
 from launchers.sglang.startup import STARTUP_KEYS
@@ -177,9 +176,6 @@ class SGLangArgs(WorkloadArgs):
 
 # ---------------------------------------------------------------- the workload
 
-PREFLIGHT_CACHE = "preflight-cache.json"
-
-
 class SGLangWorkload(Workload):
     """An SGLang server with the trial's NCCL env and flags, benchmarked over HTTP."""
 
@@ -313,10 +309,10 @@ class SGLangWorkload(Workload):
                                       f"port {plan.port} on {plan.host} is already in use"))
         if not self.args.preflight:
             return []
-        result, resolution, _ = answers = self._answers(plan, ctx)
+        result, resolution, _ = asked = self._answers(plan, ctx)
         if resolution is not None:
             resolved.record(ctx.trial_dir, resolution, plan.env)
-        reason = rejection(*answers)  # (it names a missing resolution too)
+        reason = answers.rejection(*asked)  # (it names a missing resolution too)
         if reason is not None or resolution is None:
             raise TrialFailed(Failure(FailureKind.INVALID_CONFIG, str(reason)))
         notes = [f"SGLang: {w}" for w in result.warnings]
@@ -325,25 +321,11 @@ class SGLangWorkload(Workload):
                          + "; ".join(resolution.skipped))
         return notes
 
-    def _answers(self, plan: LaunchPlan, ctx: TrialContext) -> tuple[
-            sglang_parser.PreflightResult, sglang_parser.Resolution | None,
-            list[tuple[sglang_parser.EnvValue, sglang_parser.EnvResult]]]:
-        """SGLang's answers on a plan through the experiment's cache: the parse, then unless it
-        rejects the resolution (at the plan's port), then unless that rejects each
-        ``SGLANG_*`` variable. In the interpreter that runs SGLang (a console script's shebang)."""
+    def _answers(self, plan: LaunchPlan, ctx: TrialContext) -> answers.Answers:
+        """SGLang's answers on a plan (answers.ask), in the interpreter that runs SGLang."""
         a = self.args
-        flags = list(plan.argv[len(a.server_cmd):])
-        python = a.preflight_python or sglang_parser.python_for(a.server_cmd)
-        cache, experiment = ctx.trial_dir.parent / PREFLIGHT_CACHE, ctx.experiment
-        parse = sglang_parser.check_argv(flags, python, cache, experiment)
-        if parse.ok is False:
-            return parse, None, []
-        resolution = sglang_parser.resolve(flags, python, cache, experiment).at_port(plan.port)
-        if resolution.ok is False:
-            return parse, resolution, []
-        env = sorted((k, v) for k, v in plan.env.items() if k.startswith("SGLANG_"))
-        return parse, resolution, list(zip(env, sglang_parser.check_env(env, python, cache,
-                                                                        experiment), strict=True))
+        return answers.ask(plan, ctx, len(a.server_cmd),
+                           a.preflight_python or sglang_parser.python_for(a.server_cmd))
 
     def identity(self, config: Mapping[str, Value], ctx: TrialContext) -> str | None:
         """SGLang's own resolution of the command as a key (what resolves alike is one point),
@@ -357,7 +339,7 @@ class SGLangWorkload(Workload):
         """What the trial's preflight would reject (the answers stay in the cache)."""
         if not self.args.preflight:
             return None
-        return rejection(*self._answers(self.plan(config, ctx), ctx))
+        return answers.rejection(*self._answers(self.plan(config, ctx), ctx))
 
     def dataset(self, seed: int = 0) -> datasets.Dataset:
         """The prompts this workload sends. Raises datasets.DatasetError."""

@@ -1,10 +1,9 @@
 """The user's server arguments as servetune reads them: their flags and values, which of them
-repeat what servetune or the space sets, why SGLang would not read an env value, and why its
-checks refuse a command."""
+repeat what servetune or the space sets, and why SGLang would not read an env value."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from launchers.sglang import multinode
@@ -67,19 +66,3 @@ def env_rejection(name: str, text: str, reading: sglang_parser.EnvResult) -> str
                 f"({reading.error}); it would run with its default instead")
     return None
 
-
-def rejection(parse: sglang_parser.PreflightResult, resolution: sglang_parser.Resolution | None,
-              readings: Sequence[tuple[sglang_parser.EnvValue, sglang_parser.EnvResult]]
-              ) -> str | None:
-    """Why SGLang's answers on a command (its parser, its resolution, its env registry, as
-    ``SGLangWorkload._answers`` asks them) refuse it: it would not start as meant. None: they
-    accept it."""
-    if parse.ok is False or resolution is None:
-        return "SGLang rejected the command: " + parse.error
-    if resolution.ok is False:  # SGLang's own checks (ServerArgs): it would not start
-        return "SGLang's checks rejected the command: " + resolution.error
-    for (name, text), reading in readings:
-        reason = env_rejection(name, text, reading)
-        if reason:
-            return reason
-    return None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import launchers.sglang.answers
 import launchers.sglang.launcher
 from launchers.base import TrialContext
 from launchers.failures import FailureKind, TrialFailed
@@ -261,6 +262,7 @@ def fake_preflight(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Preflight]:
     module.check_env = check_env  # type: ignore[attr-defined]
     module.python_for = lambda server_cmd: None  # type: ignore[attr-defined]
     monkeypatch.setattr(launchers.sglang.launcher, "sglang_parser", module)
+    monkeypatch.setattr(launchers.sglang.answers, "sglang_parser", module)
     yield state
 
 
