@@ -83,7 +83,7 @@ class CampaignRun:
     on_dummy: int
     kind: str  # the decision: confirmed, default, unconfirmed, none
     chosen: dict[str, Any] | None
-    confirm_accept: list[float]  # the confirm launches' accept length (1.0: random weights)
+    confirm_accept: list[float]  # the ok confirm launches' accept length (1.0: random weights)
     lines: list[str]  # what servetune printed about the campaign
     estimated_saving_s: float | None  # servetune's own estimate of what random weights saved
     out: str  # the experiment folder
@@ -110,7 +110,9 @@ def run_campaign(root: Path, ray_tmp: Path, weights: str, settings: Settings) ->
     table = exp.table()
     dummy = int((table["weights"] == "dummy").sum()) if "weights" in table else 0
     decision = json.loads((exp.out / "confirm.json").read_text())["decision"]
-    confirm = table[table["phase"] == "confirm"]
+    # the confirm launches the decision was judged on (one that failed for a reason outside
+    # its configuration was launched again: the failure is in ``failures``)
+    confirm = table[(table["phase"] == "confirm") & (table["status"] == "ok")]
     accept = [float(v) for v in confirm.get("accept_length", [])]
     lines = [ln for ln in result.stdout.splitlines()
              if ln.startswith(("campaign:", "saved by random weights", "weights"))]

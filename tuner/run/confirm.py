@@ -25,6 +25,7 @@ from tuner.run.progress import TrialLines
 from tuner.run.recorder import Recorder
 from tuner.run.trainable import make_trainable
 from tuner.search.fixed import FixedPoints
+from tuner.search.memory import ENVIRONMENTAL
 from tuner.setup import Print, Setup
 from tuner.spec import ExperimentSpec
 from tuner.stats import CONFIDENCE, finite
@@ -91,6 +92,8 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
         points = [{**p, **setup.weights.pins(CONFIRM)} for p in points]  # the checkpoint's
         batch = run_points(setup, spec, resources, slots, points, labels, name=CONFIRM_DIR,
                            tags={"phase": "confirm"})
+        batch, data["relaunched"] = _relaunch_environmental(setup, resources, slots, points,
+                                                            labels, batch, echo)
         data["interrupted"] = batch.interrupted
         df = build_table(out, objective, baseline)
         for i, cand in enumerate(cands):
@@ -108,6 +111,34 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
         data["speculative"] = _speculative(setup, resources, slots, data, decision, echo)
     confirm_text.write(out, data)
     return data
+
+
+def _relaunch_environmental(setup: Setup, resources: Mapping[str, float], slots: int,
+                            points: Sequence[Mapping[str, Value]], labels: Sequence[str],
+                            batch: Batch, echo: Print) -> tuple[Batch, list[dict[str, str]]]:
+    """Launch once more each confirm point whose launch failed for a reason that says nothing
+    about its configuration (a busy port or GPU, a lost node): one such failure would leave
+    its candidate a launch short, and the decision unconfirmed. The failed trials stay in
+    the journal; the candidates are judged on the relaunches. Returns the batch to judge and
+    what was relaunched (trial, kind)."""
+    if batch.interrupted:
+        return batch, []
+    df = build_table(setup.out_dir.resolve(), setup.objective, setup.space.baseline())
+    kinds = ({str(t): str(k) for t, k in zip(df["trial_id"], df["failure_kind"], strict=True)}
+             if "failure_kind" in df else {})
+    again = [(tid, p) for tid, p in batch.assigned.items() if kinds.get(tid) in ENVIRONMENTAL]
+    if not again:
+        return batch, []
+    echo(f"confirm: {len(again)} launch(es) failed for a reason outside the configuration ("
+         + ", ".join(f"{tid}: {kinds[tid]}" for tid, _ in again) + "): launched once more")
+    retry = run_points(setup, setup.spec, resources, slots, [points[p] for _, p in again],
+                       [f"{labels[p]} (again)" for _, p in again], name=f"{CONFIRM_DIR}-again",
+                       tags={"phase": "confirm"})
+    failed = {tid for tid, _ in again}
+    assigned = {tid: p for tid, p in batch.assigned.items() if tid not in failed}
+    assigned.update({tid: again[i][1] for tid, i in retry.assigned.items()})
+    return Batch(assigned, retry.interrupted), [{"trial_id": t, "kind": kinds[t]}
+                                                for t, _ in again]
 
 
 def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
