@@ -31,6 +31,9 @@ from tuner.spec import ExperimentSpec
 from tuner.stats import CONFIDENCE, finite
 from tuner.weights import CONFIRM
 
+# Failure kinds that say nothing about the configuration and may not recur: launched again
+# (not_modelled says nothing about it either, but would recur).
+RELAUNCHED = ENVIRONMENTAL - {"not_modelled"}
 CONFIRM_DIR = "confirm"  # Ray's own files of the confirm trials (ours stay in DIR/<trial id>)
 REFERENCE_DIR = "reference"
 NO_SPECULATIVE = "no_speculative"  # the journal's variant of the reference launch
@@ -117,16 +120,16 @@ def _relaunch_environmental(setup: Setup, resources: Mapping[str, float], slots:
                             points: Sequence[Mapping[str, Value]], labels: Sequence[str],
                             batch: Batch, echo: Print) -> tuple[Batch, list[dict[str, str]]]:
     """Launch once more each confirm point whose launch failed for a reason that says nothing
-    about its configuration (a busy port or GPU, a lost node): one such failure would leave
-    its candidate a launch short, and the decision unconfirmed. The failed trials stay in
-    the journal; the candidates are judged on the relaunches. Returns the batch to judge and
-    what was relaunched (trial, kind)."""
+    about its configuration (RELAUNCHED: a busy port or GPU, a lost node). One such failure
+    would leave its candidate a launch short and the decision unconfirmed. The failed trials
+    stay in the journal; the candidates are judged on the relaunches. Returns the batch to
+    judge and what was relaunched (trial, kind)."""
     if batch.interrupted:
         return batch, []
     df = build_table(setup.out_dir.resolve(), setup.objective, setup.space.baseline())
     kinds = ({str(t): str(k) for t, k in zip(df["trial_id"], df["failure_kind"], strict=True)}
              if "failure_kind" in df else {})
-    again = [(tid, p) for tid, p in batch.assigned.items() if kinds.get(tid) in ENVIRONMENTAL]
+    again = [(tid, p) for tid, p in batch.assigned.items() if kinds.get(tid) in RELAUNCHED]
     if not again:
         return batch, []
     echo(f"confirm: {len(again)} launch(es) failed for a reason outside the configuration ("

@@ -57,10 +57,10 @@ def test_a_busy_port_is_launched_again_and_judged_on_the_relaunch(
     assert "d: port_busy" in lines[0] and "launched once more" in lines[0]
 
 
-def test_a_crash_is_a_verdict_on_the_configuration_and_is_not_relaunched(
+def test_a_crash_or_an_unmodelled_path_recurs_and_is_not_relaunched(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         runs: list[tuple[list[Mapping[str, Value]], str]]) -> None:
-    _table(monkeypatch, {"a": "graph_capture", "b": None, "c": None, "d": None})
+    _table(monkeypatch, {"a": "graph_capture", "b": "not_modelled", "c": None, "d": None})
     batch = confirm.Batch({"a": 0, "b": 1, "c": 2, "d": 3})
     judged, relaunched = confirm._relaunch_environmental(
         _setup(tmp_path), {}, 1, POINTS, LABELS, batch, print)
