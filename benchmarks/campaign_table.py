@@ -22,7 +22,7 @@ from typing import Any
 from launchers.sglang import resolved
 
 COLUMNS = ("trial", "phase", "ended", "SGLang resolved (steps, topk, draft)", "setup s",
-           "ready s", "imported s", "scheduler s", "load begin s", "graphs s", "ready / floor",
+           "trial s", "ready s", "imported s", "scheduler s", "load begin s", "graphs s", "ready / floor",
            "teardown s", "verify ms", "tok/s")
 
 
@@ -49,7 +49,8 @@ def row(folder: Path, phase: str) -> list[str] | None:
     ready, floor = timings.get("ready_s"), timings.get("startup_load_begin_at_s")
     ratio = f"{ready / floor:.2f}" if ready and floor else "-"
     rounds = trial.get("rounds", [])
-    return [folder.name, phase, ended, shape, _num(timings.get("setup_s")), _num(ready),
+    return [folder.name, phase, ended, shape, _num(timings.get("setup_s")),
+            _num(timings.get("total_s")), _num(ready),
             _num(timings.get("startup_imported_at_s")),
             _num(timings.get("startup_scheduler_at_s")), _num(floor),
             _num(timings.get("startup_graphs_s")), ratio, _num(timings.get("teardown_s"), 2),

@@ -65,4 +65,3 @@ def env_rejection(name: str, text: str, reading: sglang_parser.EnvResult) -> str
         return (f"{name}={text!r}: {version} reads it as {reading.env_type} and rejects it "
                 f"({reading.error}); it would run with its default instead")
     return None
-

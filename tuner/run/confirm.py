@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import ConcurrencyLimiter
 
@@ -95,10 +96,12 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
         points = [{**p, **setup.weights.pins(CONFIRM)} for p in points]  # the checkpoint's
         batch = run_points(setup, spec, resources, slots, points, labels, name=CONFIRM_DIR,
                            tags={"phase": "confirm"})
-        batch, data["relaunched"] = _relaunch_environmental(setup, resources, slots, points,
-                                                            labels, batch, echo)
-        data["interrupted"] = batch.interrupted
         df = build_table(out, objective, baseline)
+        batch, data["relaunched"] = _relaunch_environmental(setup, resources, slots, points,
+                                                            labels, batch, df, echo)
+        data["interrupted"] = batch.interrupted
+        if data["relaunched"]:
+            df = build_table(out, objective, baseline)
         for i, cand in enumerate(cands):
             ids = [tid for tid, p in batch.assigned.items() if owner[p] == i]
             data["entries"].append(decide.summarize(cand, ids, df, objective))
@@ -118,15 +121,15 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
 
 def _relaunch_environmental(setup: Setup, resources: Mapping[str, float], slots: int,
                             points: Sequence[Mapping[str, Value]], labels: Sequence[str],
-                            batch: Batch, echo: Print) -> tuple[Batch, list[dict[str, str]]]:
+                            batch: Batch, df: pd.DataFrame, echo: Print
+                            ) -> tuple[Batch, list[dict[str, str]]]:
     """Launch once more each confirm point whose launch failed for a reason that says nothing
     about its configuration (RELAUNCHED: a busy port or GPU, a lost node). One such failure
     would leave its candidate a launch short and the decision unconfirmed. The failed trials
     stay in the journal; the candidates are judged on the relaunches. Returns the batch to
-    judge and what was relaunched (trial, kind)."""
+    judge and what was relaunched (trial, kind). ``df``: the results table after ``batch``."""
     if batch.interrupted:
         return batch, []
-    df = build_table(setup.out_dir.resolve(), setup.objective, setup.space.baseline())
     kinds = ({str(t): str(k) for t, k in zip(df["trial_id"], df["failure_kind"], strict=True)}
              if "failure_kind" in df else {})
     again = [(tid, p) for tid, p in batch.assigned.items() if kinds.get(tid) in RELAUNCHED]

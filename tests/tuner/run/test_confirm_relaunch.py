@@ -38,19 +38,18 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[Mapping[str, Value]
     return calls
 
 
-def _table(monkeypatch: pytest.MonkeyPatch, kinds: dict[str, str | None]) -> None:
-    df = pd.DataFrame({"trial_id": list(kinds), "failure_kind": list(kinds.values())})
-    monkeypatch.setattr(confirm, "build_table", lambda *a: df)
+def _table(kinds: dict[str, str | None]) -> pd.DataFrame:
+    return pd.DataFrame({"trial_id": list(kinds), "failure_kind": list(kinds.values())})
 
 
 def test_a_busy_port_is_launched_again_and_judged_on_the_relaunch(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path,
         runs: list[tuple[list[Mapping[str, Value]], str]]) -> None:
-    _table(monkeypatch, {"a": None, "b": None, "c": None, "d": "port_busy"})
+    df = _table({"a": None, "b": None, "c": None, "d": "port_busy"})
     batch = confirm.Batch({"a": 0, "b": 1, "c": 2, "d": 3})
     lines: list[str] = []
     judged, relaunched = confirm._relaunch_environmental(
-        _setup(tmp_path), {}, 1, POINTS, LABELS, batch, lines.append)
+        _setup(tmp_path), {}, 1, POINTS, LABELS, batch, df, lines.append)
     assert runs == [([POINTS[3]], "confirm-again")]
     assert judged.assigned == {"a": 0, "b": 1, "c": 2, "r0": 3}
     assert relaunched == [{"trial_id": "d", "kind": "port_busy"}]
@@ -58,10 +57,10 @@ def test_a_busy_port_is_launched_again_and_judged_on_the_relaunch(
 
 
 def test_a_crash_or_an_unmodelled_path_recurs_and_is_not_relaunched(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path,
         runs: list[tuple[list[Mapping[str, Value]], str]]) -> None:
-    _table(monkeypatch, {"a": "graph_capture", "b": "not_modelled", "c": None, "d": None})
+    df = _table({"a": "graph_capture", "b": "not_modelled", "c": None, "d": None})
     batch = confirm.Batch({"a": 0, "b": 1, "c": 2, "d": 3})
     judged, relaunched = confirm._relaunch_environmental(
-        _setup(tmp_path), {}, 1, POINTS, LABELS, batch, print)
+        _setup(tmp_path), {}, 1, POINTS, LABELS, batch, df, print)
     assert runs == [] and judged is batch and relaunched == []
