@@ -110,11 +110,31 @@ def _errors(events: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def load_page(path: Path, width: int = 1280, timeout: float = 60.0) -> PageReport:
-    """Open ``path`` (file://), wait for load, collect errors, image states, a screenshot."""
+class ChromiumHung(TimeoutError):
+    """Chromium stopped answering; the message carries what it logged and the last events."""
+
+
+def load_page(path: Path, width: int = 1280, timeout: float = 60.0,
+              attempts: int = 2) -> PageReport:
+    """Open ``path`` (file://), wait for load, collect errors, image states, a screenshot.
+
+    A browser that stops answering is replaced by a fresh one, ``attempts`` browsers in all:
+    a page that hangs Chromium hangs each of them, while one browser that hung on a loaded
+    box (stop 28's CI: no load event in 60 s, where a load takes 2 s) does not fail a test
+    of the report."""
     binary = chromium_binary()
     if binary is None:
         raise FileNotFoundError("chromium")
+    hangs: list[str] = []
+    for _ in range(attempts):
+        try:
+            return _load_once(binary, path, width, timeout)
+        except ChromiumHung as hung:
+            hangs.append(str(hung))
+    raise ChromiumHung(f"{attempts} browsers hung:\n" + "\n---\n".join(hangs))
+
+
+def _load_once(binary: str, path: Path, width: int, timeout: float) -> PageReport:
     cmd_r, cmd_w = os.pipe()
     out_r, out_w = os.pipe()
     # Move the child's ends above fd 4 first, so that putting them on 3 and 4 in the child
@@ -139,35 +159,14 @@ def load_page(path: Path, width: int = 1280, timeout: float = 60.0) -> PageRepor
     os.close(high_w)
     pipe = _Pipe(cmd_w, out_r)
     report = PageReport()
+    started = time.monotonic()
     try:
-        target = pipe.send("Target.createTarget", {"url": "about:blank"}, timeout=timeout)
-        session = pipe.send("Target.attachToTarget",
-                            {"targetId": target["targetId"], "flatten": True})["sessionId"]
-        for domain in ("Runtime", "Log", "Page"):
-            pipe.send(f"{domain}.enable", session=session)
-        pipe.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900,
-                  "deviceScaleFactor": 1, "mobile": False}, session=session)
-        pipe.send("Page.navigate", {"url": path.resolve().as_uri()}, session=session)
-        pipe.wait_event("Page.loadEventFired", timeout)
-        time.sleep(0.3)  # late console messages
-        probe = ("JSON.stringify({title: document.title, height: "
-                 "document.documentElement.scrollHeight, images: Array.from(document.images)"
-                 ".map(i => ({alt: i.alt, complete: i.complete, naturalWidth: i.naturalWidth, "
-                 "naturalHeight: i.naturalHeight, width: i.width}))})")
-        value = pipe.send("Runtime.evaluate", {"expression": probe, "returnByValue": True},
-                          session=session)["result"]["value"]
-        page = json.loads(value)
-        report.title, report.images = page["title"], page["images"]
-        report.height = min(int(page["height"]), 16000)
-        pipe.send("Emulation.setDeviceMetricsOverride", {"width": width,
-                  "height": report.height, "deviceScaleFactor": 1, "mobile": False},
-                  session=session)
-        shot = pipe.send("Page.captureScreenshot", {"format": "png"}, session=session,
-                         timeout=timeout)
-        report.screenshot = base64.b64decode(shot["data"])
-        report.errors = _errors(pipe.events)
-        with contextlib.suppress(Exception):
-            pipe.send("Browser.close", timeout=5)
+        try:
+            _drive(pipe, path, width, timeout, report)
+        except TimeoutError as hung:
+            seen = [e.get("method") for e in pipe.events][-12:]
+            raise ChromiumHung(f"{hung} after {time.monotonic() - started:.1f} s; events seen: "
+                               f"{seen}; chromium's log ends:\n{_tail(log_path)}") from None
     finally:
         with contextlib.suppress(OSError):
             os.close(cmd_w)
@@ -183,6 +182,47 @@ def load_page(path: Path, width: int = 1280, timeout: float = 60.0) -> PageRepor
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(profile, ignore_errors=True)
     return report
+
+
+def _drive(pipe: _Pipe, path: Path, width: int, timeout: float, report: PageReport) -> None:
+    target = pipe.send("Target.createTarget", {"url": "about:blank"}, timeout=timeout)
+    session = pipe.send("Target.attachToTarget",
+                        {"targetId": target["targetId"], "flatten": True})["sessionId"]
+    for domain in ("Runtime", "Log", "Page"):
+        pipe.send(f"{domain}.enable", session=session)
+    pipe.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900,
+              "deviceScaleFactor": 1, "mobile": False}, session=session)
+    pipe.send("Page.navigate", {"url": path.resolve().as_uri()}, session=session)
+    pipe.wait_event("Page.loadEventFired", timeout)
+    time.sleep(0.3)  # late console messages
+    probe = ("JSON.stringify({title: document.title, height: "
+             "document.documentElement.scrollHeight, images: Array.from(document.images)"
+             ".map(i => ({alt: i.alt, complete: i.complete, naturalWidth: i.naturalWidth, "
+             "naturalHeight: i.naturalHeight, width: i.width}))})")
+    value = pipe.send("Runtime.evaluate", {"expression": probe, "returnByValue": True},
+                      session=session)["result"]["value"]
+    page = json.loads(value)
+    report.title, report.images = page["title"], page["images"]
+    report.height = min(int(page["height"]), 16000)
+    pipe.send("Emulation.setDeviceMetricsOverride", {"width": width,
+              "height": report.height, "deviceScaleFactor": 1, "mobile": False},
+              session=session)
+    shot = pipe.send("Page.captureScreenshot", {"format": "png"}, session=session,
+                     timeout=timeout)
+    report.screenshot = base64.b64decode(shot["data"])
+    report.errors = _errors(pipe.events)
+    with contextlib.suppress(Exception):
+        pipe.send("Browser.close", timeout=5)
+
+
+def _tail(log_path: Path, lines: int = 15) -> str:
+    """The log's last lines, less the D-Bus complaints a container always draws."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError as e:
+        return f"(no log: {e})"
+    kept = [line for line in text.splitlines() if "dbus" not in line.lower()]
+    return "\n".join(kept[-lines:]) or "(only D-Bus complaints)"
 
 
 def leftovers(profile: str) -> list[int]:
