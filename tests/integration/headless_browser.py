@@ -114,14 +114,16 @@ class ChromiumHung(TimeoutError):
     """Chromium stopped answering; the message carries what it logged and the last events."""
 
 
-def load_page(path: Path, width: int = 1280, timeout: float = 60.0,
-              attempts: int = 2) -> PageReport:
+def load_page(path: Path, width: int = 1280, timeout: float = 20.0,
+              attempts: int = 4) -> PageReport:
     """Open ``path`` (file://), wait for load, collect errors, image states, a screenshot.
 
-    A browser that stops answering is replaced by a fresh one, ``attempts`` browsers in all:
-    a page that hangs Chromium hangs each of them, while one browser that hung on a loaded
-    box (stop 28's CI: no load event in 60 s, where a load takes 2 s) does not fail a test
-    of the report."""
+    Chromium 156 on a loaded box sometimes never commits a navigation: every one of its
+    processes asleep, the last event ``Page.frameStartedLoading`` (stop 28's CI; here, with
+    three CPU hogs on the 2 cores, 10 of 60 loads of a one-line page). A load takes 1-3 s
+    when it works, so a browser silent for ``timeout`` s is replaced by a fresh one,
+    ``attempts`` browsers in all. A page that hangs Chromium hangs each of them, and the
+    failure then carries what each one saw and logged."""
     binary = chromium_binary()
     if binary is None:
         raise FileNotFoundError("chromium")

@@ -1,5 +1,5 @@
 """The browser harness of the report test: a page that never finishes loading fails it with
-Chromium's own account, after a fresh browser was tried, instead of a bare timeout."""
+each browser's own account, after fresh browsers were tried, instead of a bare timeout."""
 
 from __future__ import annotations
 
@@ -22,16 +22,11 @@ def test_a_page_that_hangs_every_browser_fails_with_what_each_saw(tmp_path: Path
                     "<body><script>while (true) {}</script></body></html>")
     started = time.monotonic()
     with pytest.raises(ChromiumHung) as hung:
-        load_page(page, timeout=3, attempts=2)
+        load_page(page, timeout=6, attempts=2)
     message = str(hung.value)
     assert message.startswith("2 browsers hung:")
     assert message.count("no answer from Chromium after") == 2
-    assert "Page.frameNavigated" in message  # the events each browser got before it hung
-    assert time.monotonic() - started < 40
+    assert message.count("events seen: ['Target.attachedToTarget'") == 2
+    assert message.count("chromium's log ends:") == 2
+    assert time.monotonic() - started < 60
 
-
-def test_a_page_that_loads_needs_one_browser(tmp_path: Path) -> None:
-    page = tmp_path / "ok.html"
-    page.write_text("<html><head><title>fine</title></head><body><p>fine</p></body></html>")
-    report = load_page(page, timeout=30, attempts=1)
-    assert report.title == "fine" and report.errors == [] and report.screenshot
