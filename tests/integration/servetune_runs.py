@@ -50,6 +50,12 @@ def env_for(ray_tmp: Path) -> dict[str, str]:
     return env
 
 
+
+def read_results(path: Path) -> pd.DataFrame:
+    """A results.csv, trial ids as text: pandas reads an id such as ``52e91234`` as a float
+    (inf), which once sent a fault test looking for trial ``inf``."""
+    return pd.read_csv(path, dtype={"trial_id": str})
+
 @contextlib.contextmanager
 def ray_tmpdir() -> Iterator[Path]:
     """A short, private folder for Ray's temp files."""
@@ -141,7 +147,7 @@ class Experiment:
         return read_journal(self.out / JOURNAL)
 
     def table(self) -> pd.DataFrame:
-        return pd.read_csv(self.out / "results.csv")
+        return read_results(self.out / "results.csv")
 
     def trial_ids(self) -> list[str]:
         """Trials in launch order (the journal's start events)."""

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from tests.integration.conftest import Run
-from tests.integration.servetune_runs import Experiment, ray_tmpdir, stand_in
+from tests.integration.servetune_runs import Experiment, ray_tmpdir, read_results, stand_in
 
 pytestmark = pytest.mark.integration
 
@@ -162,7 +162,7 @@ def test_confirm_0_skips_the_stage(tmp_path: Path) -> None:
     assert data["entries"] == [] and data.get("speculative") is None
     assert data["decision"]["kind"] in ("unconfirmed", "default")
     assert "--confirm 0" in data["decision"]["text"]
-    table = pd.read_csv(exp.out / "results.csv")
+    table = read_results(exp.out / "results.csv")
     assert set(table["phase"]) == {"search"}
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from tests.integration.servetune_runs import Experiment, ray_tmpdir
+from tests.integration.servetune_runs import Experiment, ray_tmpdir, read_results
 from tuner.run.screen import env_part
 
 pytestmark = pytest.mark.integration
@@ -23,7 +22,7 @@ def test_screen_promotes_the_proxys_top_settings_to_the_server(tmp_path: Path) -
                                   "--model-config", "tiny", "--screen-top", "2",
                                   "--screen-spread", "1", "--no-dashboard")], timeout=300)
         assert result.returncode == 0, str(result)
-        screen = pd.read_csv(exp.out / "screen" / "results.csv")
+        screen = read_results(exp.out / "screen" / "results.csv")
         assert len(screen) == 5 and screen["baseline"].iloc[0]
         # The proxy's two best NCCL settings (completed, baseline excluded) ran on the server,
         # and its worst (the spread of one: the bottom of the ranking).

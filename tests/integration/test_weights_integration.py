@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from benchmarks.weights import CampaignRun, Settings, run_campaign, saving
-from tests.integration.servetune_runs import ray_tmpdir
+from tests.integration.servetune_runs import ray_tmpdir, read_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -55,7 +54,7 @@ def test_random_weights_cut_the_campaign_by_60_percent_with_the_same_decision(
 
 
 def test_results_say_which_trials_ran_on_random_weights(runs: dict[str, CampaignRun]) -> None:
-    table = pd.read_csv(Path(runs["auto"].out) / "results.csv")
+    table = read_results(Path(runs["auto"].out) / "results.csv")
     search = table[table["phase"] == "search"]
     confirm = table[(table["phase"] == "confirm") & (table["status"] == "ok")]
     assert set(search["weights"]) == {"dummy"} and set(confirm["weights"]) == {"real"}
