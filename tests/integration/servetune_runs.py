@@ -50,11 +50,11 @@ def env_for(ray_tmp: Path) -> dict[str, str]:
     return env
 
 
-
 def read_results(path: Path) -> pd.DataFrame:
     """A results.csv, trial ids as text: pandas reads an id such as ``52e91234`` as a float
     (inf), which once sent a fault test looking for trial ``inf``."""
     return pd.read_csv(path, dtype={"trial_id": str})
+
 
 @contextlib.contextmanager
 def ray_tmpdir() -> Iterator[Path]:
