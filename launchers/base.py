@@ -20,7 +20,15 @@ from pydantic import BaseModel, ConfigDict
 
 from launchers.process import LOCALHOST, ServerProcess, check_env_values, marker_value
 from launchers.trace.events import StepSpans
-from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value, expand_config, renderer
+from search_spaces.knobs import (
+    CATALOGUE,
+    Knob,
+    KnobKind,
+    Value,
+    expand_config,
+    renderer,
+    without_weights,
+)
 from search_spaces.space import SearchSpace
 
 Metrics = dict[str, Any]  # metric name -> float, or None when the server does not expose it
@@ -214,6 +222,12 @@ class Workload(ABC):
         accept it, or cannot be asked here."""
         return None
 
+    def ran(self, config: Mapping[str, Value], trial_dir: Path) -> dict[str, Value]:
+        """What the server of the trial in ``trial_dir`` ran for each knob of ``config`` it
+        resolved itself (e.g. SGLang: ``--speculative-num-draft-tokens`` from the steps),
+        as the trial recorded it; {} where unknown (the config ran as asked)."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind}
 
@@ -234,12 +248,16 @@ class Workload(ABC):
         return None
 
     def production_plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
-        """The plan as a user would launch it: the trial's plan without its measuring env."""
-        plan = self.plan(config, ctx)
+        """The plan as a user would launch it: the trial's plan on the checkpoint's weights
+        (random weights are the weight policy's, for measuring) and without its measuring
+        env, except a variable the configuration itself sets to that value."""
+        settings = without_weights(config)
+        plan = self.plan(settings, ctx)
+        own = knob_env(settings)[0]
 
         def production(node: LaunchPlan) -> LaunchPlan:
             return replace(node, env={k: v for k, v in node.env.items()
-                                      if k not in self.measurement_env})
+                                      if k not in self.measurement_env or own.get(k) == v})
 
         return replace(production(plan), peers=tuple(production(p) for p in plan.peers))
 

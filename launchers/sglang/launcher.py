@@ -13,12 +13,13 @@ from pydantic import Field
 from launchers import nccl_log
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_argv, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
-from launchers.process import ServerProcess, port_is_free
-from launchers.sglang import answers, datasets, levers, multinode, resolved, weights
+from launchers.process import LOCALHOST, ServerProcess, port_is_free
+from launchers.sglang import answers, datasets, levers, multinode, resolved, served, weights
 from launchers.sglang import preflight as sglang_parser
 from launchers.sglang import startup as sglang_startup
 from launchers.sglang.bench import ROUND_KEYS
 from launchers.sglang.profile import STEP_SPANS
+from launchers.sglang.ran import ran_values
 from launchers.sglang.running import SGLangRunning
 from launchers.sglang.server_args import (
     conflicting_server_args,
@@ -47,7 +48,8 @@ class SGLangArgs(WorkloadArgs):
     speculative_algorithm: str | None = None
     server_args: list[str] = Field(default_factory=list)
     server_cmd: list[str] = Field(default_factory=lambda: ["sglang", "serve"])
-    host: str = "127.0.0.1"
+    host: str | None = Field(None, description="default: 127.0.0.1 for a trial, SGLang's own "
+                             "in best/launch.sh")
     port: int = Field(0, ge=0, le=65535, description="0: a free port per trial")
     ready_timeout: float = Field(1800.0, gt=0)
     dataset: str = Field(datasets.BUILTIN, min_length=1, description=(
@@ -185,7 +187,7 @@ class SGLangWorkload(Workload):
     default_mode: ClassVar[str] = "max"
     measurement_env: ClassVar[tuple[str, ...]] = (
         *Workload.measurement_env,
-        "SGLANG_ENABLE_METRICS_DEVICE_TIMER", "SGLANG_RECORD_STEP_TIME")
+        "SGLANG_ENABLE_METRICS_DEVICE_TIMER", "SGLANG_RECORD_STEP_TIME", "SGLANG_LOG_MS")
 
     speculative_metrics: ClassVar[tuple[str, ...]] = weights.SPECULATIVE_ONLY
 
@@ -227,7 +229,7 @@ class SGLangWorkload(Workload):
             argv += ["--speculative-draft-model-path", a.draft_model]
         if a.speculative_algorithm:
             argv += ["--speculative-algorithm", a.speculative_algorithm]
-        argv += ["--tp-size", str(tp), "--host", a.host, "--port", str(port)]
+        argv += ["--tp-size", str(tp), "--host", a.host or LOCALHOST, "--port", str(port)]
         if a.metrics:
             argv.append("--enable-metrics")
         argv += [*a.server_args, *knob_argv(config)]
@@ -259,7 +261,7 @@ class SGLangWorkload(Workload):
             notes.append(f"measuring only: {' '.join(skipped)} (the measurement does not use "
                          "them; best/launch.sh keeps SGLang's defaults)")
         plan = LaunchPlan(workload=self.kind, argv=tuple(argv), env=env, unset_env=unset,
-                          port=port, host=a.host, notes=tuple(notes))
+                          port=port, host=a.host or LOCALHOST, notes=tuple(notes))
         return multinode.spread(plan, ctx, tp) if ctx.nodes > 1 else plan
 
     @property
@@ -366,10 +368,11 @@ class SGLangWorkload(Workload):
         return SGLangRunning(process, plan, ctx, self.args, env, dataset, launched)
 
     def production_plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
-        """As a user launches it: SGLang's own warm-up and prefill graphs back (fast_start
-        off), no measuring env."""
-        production = SGLangWorkload(self.args.model_copy(update={"fast_start": False}))
-        return Workload.production_plan(production, config, ctx)
+        """As the user serves it: nothing that only measuring needs (served.py)."""
+        return served.production_plan(self, config, ctx)
+
+    def ran(self, config: Mapping[str, Value], trial_dir: Path) -> dict[str, Value]:
+        return ran_values(config, trial_dir)
 
     def describe(self) -> dict[str, Any]:
         return self.args.model_dump(mode="json")
