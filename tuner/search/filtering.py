@@ -3,7 +3,13 @@ suggestions with the pins, re-asks when a suggestion is invalid or ruled out by 
 memory (the inner searcher is told that suggestion failed), and answers repeats of
 already-measured configs from what was measured instead of launching them again. An inner
 searcher that counts its launches may define ``not_launched(trial_id)``: it is called for
-each suggestion this filter did not launch."""
+each suggestion this filter did not launch.
+
+With a failure memory, the feasibility model (feasibility.py) retries suspect values beside
+the levers that matter for their failure (the filter's own trials, told to the inner
+searcher afterwards as its random fallback is) and refuses what it learned would fail. A
+suggestion the workload's checks refuse is completed with its partners at the baseline's
+resolved values (partners.py) before it is given up; ``counts`` says how many were."""
 
 from __future__ import annotations
 
@@ -18,8 +24,10 @@ from ray.tune.search import Searcher
 
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
+from tuner.search import partners as partner
 from tuner.search.base import OwnSpaceSearcher
-from tuner.search.keys import Config, Identity, Refusal, alike_key
+from tuner.search.feasibility import Feasibility
+from tuner.search.keys import Config, Identity, Refusal, Resolved, alike_key
 from tuner.search.memory import FailureMemory
 
 log = logging.getLogger(__name__)
@@ -32,7 +40,8 @@ class FilteringSearcher(OwnSpaceSearcher):
                  memory: FailureMemory | None = None, pass_invalid: bool = False,
                  max_attempts: int = 50,
                  on_reject: Callable[[dict[str, Any]], None] | None = None,
-                 identity: Identity | None = None, refusal: Refusal | None = None) -> None:
+                 identity: Identity | None = None, refusal: Refusal | None = None,
+                 resolved: Resolved | None = None, budget: int | None = None) -> None:
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
         self.space = space
@@ -42,6 +51,15 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.on_reject = on_reject
         self.identity = identity  # configs that run alike are one point (_key)
         self.refusal = refusal  # the workload's checks on the driver (_invalid)
+        self.resolved = resolved  # what the workload resolves the baseline to (partners)
+        self._partners: dict[str, Value] | None = None
+        if memory is not None and memory.knobs is None:
+            memory.knobs = tuple(space.domains)
+        self.feasibility = Feasibility(space, memory, budget) if memory is not None else None
+        self.retry_trials: set[str] = set()
+        self.proposals = 0  # suggestions of the inner searcher
+        self.refused = 0  # ... refused by the space's rules or the workload's checks
+        self.completed = 0  # ... launched with partners the refusal lacked
         self.inner_id: dict[str, str] = {}
         self.scores: dict[str, float] = {}  # config key -> measured metric
         self.config_of: dict[str, Config] = {}
@@ -51,18 +69,25 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.fallback_trials: set[str] = set()
         self.rng = random.Random(0)
 
-    _transient = ("on_reject", "identity", "refusal")
+    _transient = ("on_reject", "identity", "refusal", "resolved")
 
     # Ray saves wrappers (objects with a ``searcher``) by get_state/set_state and the
     # innermost searcher by save/restore.
     def get_state(self) -> dict[str, Any]:
-        skip = ("searcher", "on_reject", "space", "identity", "refusal")
-        return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in skip})
+        skip = ("searcher", "on_reject", "space", "identity", "refusal", "resolved",
+                "feasibility")
+        state = {k: v for k, v in self.__dict__.items() if k not in skip}
+        if self.feasibility is not None:
+            state["_retried"] = (self.feasibility.retried, self.feasibility.retries)
+        return copy.deepcopy(state)
 
     def set_state(self, state: dict[str, Any]) -> None:
         memory = state.pop("memory", None)
         if memory is not None and self.memory is not None:
             self.memory.__dict__.update(memory.__dict__)
+        retried = state.pop("_retried", None)
+        if retried is not None and self.feasibility is not None:
+            self.feasibility.retried, self.feasibility.retries = retried
         self.__dict__.update(state)
 
     def _key(self, config: Mapping[str, Value]) -> str:
@@ -80,15 +105,23 @@ class FilteringSearcher(OwnSpaceSearcher):
         return bool(self.searcher.set_max_concurrency(max_concurrent))
 
     def suggest(self, trial_id: str) -> Config | None:
+        retry = self._retry()
+        if retry is not None:
+            self.retry_trials.add(trial_id)
+            return self._launch(trial_id, retry)
         for attempt in range(self.max_attempts):
             inner_id = trial_id if attempt == 0 else f"{trial_id}~{attempt}"
             suggestion = self.searcher.suggest(inner_id)
             if suggestion is None or suggestion == Searcher.FINISHED:
                 return suggestion
+            self.proposals += 1
             config = self.space.complete(suggestion)
-            key = self._key(config)
             reasons = [] if self.pass_invalid else self._invalid(config)
-            ruled = self.memory.ruled_out(config) if self.memory else []
+            if reasons:
+                config, reasons = self._complete(config, reasons)
+                self.refused += bool(reasons)
+            key = self._key(config)
+            ruled = self._ruled(config)
             if not reasons and not ruled and key in self.launched:
                 self._note_repeat(config, key)
                 if key in self.scores and self.metric:
@@ -110,8 +143,7 @@ class FilteringSearcher(OwnSpaceSearcher):
         # trials): a random valid point keeps the search going, and is told to it afterwards.
         for _ in range(2000):
             config = self.space.sample(self.rng)
-            if self._key(config) in self.launched or self._invalid(config) or (
-                    self.memory and self.memory.ruled_out(config)):
+            if self._key(config) in self.launched or self._invalid(config) or self._ruled(config):
                 continue
             log.info("%s: random fallback after %d rejected suggestions", trial_id,
                      self.max_attempts)
@@ -120,6 +152,46 @@ class FilteringSearcher(OwnSpaceSearcher):
         log.warning("no new configuration after %d attempts: the search ends here",
                     self.max_attempts)
         return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _ruled(self, config: Config) -> list[str]:
+        """Why the failure memory (ruled out) or the feasibility model (it would fail as a
+        suspect failed) says not to launch ``config``."""
+        ruled = self.memory.ruled_out(config) if self.memory else []
+        blocked = self.feasibility.blocked(config) if self.feasibility else None
+        return [*ruled, *([f"not worth launching: {blocked}"] if blocked else [])]
+
+    def _retry(self) -> Config | None:
+        """A suspect value's retry, due and within its share of the budget."""
+        if self.feasibility is None or self.pass_invalid:
+            return None
+        return self.feasibility.retry(
+            lambda c: self._key(c) not in self.launched and not self._invalid(c))
+
+    def partners(self) -> dict[str, Value]:
+        """What the workload resolved the baseline to (asked once; empty: unknown)."""
+        if self._partners is None:
+            answer = self.resolved(self.space.baseline()) if self.resolved else None
+            self._partners = dict(answer or {})
+        return self._partners
+
+    def _complete(self, config: Config, reasons: list[str]) -> tuple[Config, list[str]]:
+        """A refused suggestion with its partners set as the workload resolved them for the
+        baseline, where that is accepted (the reasons left: none); else as it was."""
+        resolved = self.partners()
+        done = partner.complete(self.space, config, reasons, resolved, self._invalid) \
+            if resolved else None
+        if done is None:
+            return config, reasons
+        self.completed += 1
+        log.info("completed with %s (the baseline's resolution): %s",
+                 ", ".join(f"{n}={done[0][n]}" for n in done[1]), "; ".join(reasons))
+        return done[0], []
+
+    def counts(self) -> dict[str, int]:
+        """The inner searcher's suggestions, those refused (the space's rules or the
+        workload's checks, partners completed where they could be), and the retries."""
+        return {"proposals": self.proposals, "refused": self.refused,
+                "completed": self.completed, "retries": len(self.retry_trials)}
 
     def _invalid(self, config: Config) -> list[str]:
         """Why ``config`` cannot run: the space's rules, else the workload's own checks on
@@ -170,7 +242,7 @@ class FilteringSearcher(OwnSpaceSearcher):
         inner = self.inner_id.pop(trial_id, None)
         if inner is not None:
             self.searcher.on_trial_complete(inner, result=result, error=error)
-        elif trial_id in self.fallback_trials and config is not None:
+        elif trial_id in self.fallback_trials | self.retry_trials and config is not None:
             self.fallback_trials.discard(trial_id)
             params = {n: config[n] for n in self.space.domains}
             with contextlib.suppress(NotImplementedError):

@@ -16,6 +16,10 @@ Identity = Callable[[Mapping[str, Value]], "str | None"]
 # and resolution: it would not start); None where they accept it or cannot be asked. A fact
 # about that configuration alone, so it teaches the failure memory nothing about a value.
 Refusal = Callable[[Mapping[str, Value]], "str | None"]
+# What the workload resolves a configuration to, as values of the space's knobs (SGLang: its
+# ServerArgs for the flag knobs, partners.knob_values); None where it cannot tell. Read for
+# the baseline: a lever refused alone is proposed with its partners at these values.
+Resolved = Callable[[Mapping[str, Value]], "Mapping[str, Value] | None"]
 
 
 def config_key(config: Mapping[str, Value]) -> str:

@@ -12,6 +12,12 @@ beside another one (a pair that crashes together) is never ruled out on its own,
 bystander that two culprits fail beside is never convicted for them. A later success with a
 ruled-out setting (a trial already running, a resumed run) clears it.
 
+Where the space holds levers likely to change that kind of failure (failure_levers: memory
+levers for an OOM, graph levers for a capture failure, ...), the failures must also differ in
+them: a setting that failed only beside the baseline's memory fraction is a suspect
+(``suspects``), not ruled out; the feasibility model retries it beside other values of those
+levers.
+
 Every kind counts except those that say nothing about the configuration (a busy port or GPU,
 a path the workload does not model). ``invalid_config`` is deterministic like a crash: one
 failure on the baseline convicts. Kinds that can strike a good configuration by chance (a
@@ -26,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from search_spaces.knobs import Value, without_weights
+from tuner.search.failure_levers import relevant
 
 # Failure kinds that say nothing about the configuration itself.
 ENVIRONMENTAL = frozenset({"port_busy", "gpu_busy", "not_modelled", "node_lost"})
@@ -45,6 +52,31 @@ def _show(setting: Setting) -> str:
 
 
 @dataclass
+class Suspect:
+    """A setting that failed beside one setting of the levers that matter for its kind only:
+    retried beside others before any verdict."""
+
+    setting: Setting
+    kind: str
+    trials: list[str]
+    levers: tuple[str, ...]
+    where: list[dict[str, Value]]  # the levers' values in each failure
+
+    @property
+    def knob(self) -> str:
+        return self.setting[0]
+
+    @property
+    def value(self) -> Value:
+        value: Value = json.loads(self.setting[1])
+        return value
+
+    def text(self) -> str:
+        return (f"{_show(self.setting)}: suspect after {self.kind} in {', '.join(self.trials)}"
+                f" (retried beside other {', '.join(self.levers)})")
+
+
+@dataclass
 class Failed:
     trial: str
     kind: str
@@ -60,12 +92,20 @@ class Verdict:
     trials: list[str]  # the failures that convict it
     ran: dict[str, str] = field(default_factory=dict)  # their other settings -> a trial they ran in
     paired: str | None = None  # a trial that ran the same configuration but this knob's value
+    levers: tuple[str, ...] = ()  # the space's levers that matter for the kind
+    where: list[dict[str, Value]] = field(default_factory=list)  # their values per failure
 
     def why(self) -> str:
         if self.paired:
-            return f"the same configuration with another {self.setting[0]} ran in {self.paired}"
-        return "the failures share no other setting; their other settings ran: " + ", ".join(
-            f"{s} in {t}" for s, t in self.ran.items())
+            text = f"the same configuration with another {self.setting[0]} ran in {self.paired}"
+        else:
+            text = "the failures share no other setting; their other settings ran: " + ", ".join(
+                f"{s} in {t}" for s, t in self.ran.items())
+        if self.levers:
+            text += "; it failed beside " + " and beside ".join(
+                ", ".join(f"{n}={'unset' if v is None else v}" for n, v in w.items())
+                for w in self.where)
+        return text
 
     def text(self) -> str:
         return f"{_show(self.setting)}: {self.kind} in {', '.join(self.trials)} ({self.why()})"
@@ -74,12 +114,15 @@ class Verdict:
 class FailureMemory:
     """Failures and successes per setting; what is ruled out, and why."""
 
-    def __init__(self, never: Mapping[str, Value]) -> None:
+    def __init__(self, never: Mapping[str, Value], knobs: Iterable[str] | None = None) -> None:
         self.never = dict(never)  # the baseline: its settings are never suspects
+        # the knobs searched (the baseline's less its pins): where levers can change
+        self.knobs: tuple[str, ...] | None = None if knobs is None else tuple(knobs)
         self.failures: list[Failed] = []
         self.ran: dict[Setting, str] = {}  # setting -> the first trial it succeeded in
         self.successes: list[tuple[str, frozenset[Setting]]] = []
         self._verdicts: list[Verdict] | None = None  # cache, rebuilt after each record
+        self._suspects: list[Suspect] = []
 
     def _settings(self, config: Mapping[str, Value]) -> frozenset[Setting]:
         return frozenset(_setting(n, v) for n, v in without_weights(config).items()
@@ -107,19 +150,36 @@ class FailureMemory:
             left = [s for s in failed.settings if s not in self.ran]
             if len(left) == 1:
                 against.setdefault((left[0], failed.kind), []).append(failed)
-        verdicts = []
+        verdicts, suspects = [], []
         for (setting, kind), failures in against.items():
             common = frozenset.intersection(*(f.settings - {setting} for f in failures))
             if common or len(failures) < (2 if kind in FLAKY else 1):
+                continue
+            levers = relevant(kind, setting[0], self.never if self.knobs is None else self.knobs)
+            where = [self._where(f, levers) for f in failures]
+            if levers and len({json.dumps(w, sort_keys=True) for w in where}) < 2:
+                suspects.append(Suspect(setting, kind, [f.trial for f in failures], levers,
+                                        where))
                 continue
             alone = next((f for f in failures if f.settings == {setting}), None)
             paired = None if alone is None else next(
                 (t for t, ok in self.successes if all(s[0] == setting[0] for s in ok)), None)
             ran = {_show(s): self.ran[s] for f in failures for s in sorted(f.settings)
                    if s != setting}
-            verdicts.append(Verdict(setting, kind, [f.trial for f in failures], ran, paired))
-        self._verdicts = verdicts
+            verdicts.append(Verdict(setting, kind, [f.trial for f in failures], ran, paired,
+                                    levers, where if levers else []))
+        self._verdicts, self._suspects = verdicts, suspects
         return verdicts
+
+    def _where(self, failed: Failed, levers: tuple[str, ...]) -> dict[str, Value]:
+        given = {n: json.loads(v) for n, v in failed.settings}
+        return {n: given.get(n, self.never.get(n)) for n in levers}
+
+    def suspects(self) -> list[Suspect]:
+        """Settings that failed, each time beside the same values of the levers that matter
+        for the kind: not ruled out, retried beside others (feasibility.py)."""
+        self.verdicts()
+        return self._suspects
 
     def ruled_out(self, config: Mapping[str, Value]) -> list[str]:
         """Why ``config`` is not to be launched (empty: it may be)."""
@@ -130,11 +190,16 @@ class FailureMemory:
         """Every setting ruled out now, with the failing trials and the evidence."""
         return [{"knob": v.setting[0], "value": json.loads(v.setting[1]), "kind": v.kind,
                  "trials": list(v.trials), "evidence": v.text(), "why": v.why(),
-                 **({"paired": v.paired} if v.paired else {}), "ran": dict(v.ran)}
+                 **({"paired": v.paired} if v.paired else {}), "ran": dict(v.ran),
+                 **({"levers": list(v.levers), "where": v.where} if v.levers else {})}
                 for v in self.verdicts()]
 
+    def lines(self) -> list[str]:
+        """What was ruled out, where and why, and what is only suspect: lines for a report."""
+        return [*(v.text() for v in self.verdicts()), *(s.text() for s in self.suspects())]
+
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_verdicts": None}
+        return {**self.__dict__, "_verdicts": None, "_suspects": []}
 
     @classmethod
     def replay(cls, never: Mapping[str, Value], outcomes: Iterable[tuple[str, Mapping[str, Value],
