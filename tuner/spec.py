@@ -22,6 +22,10 @@ from tuner.limits import SEARCH_KEY, WORST, Limit, level_column
 SPEC_FILE = "servetune.json"
 DEFAULT_PRESET = "verify-campaign"
 
+# The confirm stage's default cap (launches per configuration): sized in
+# tuner/decide/sequential.py so that a 25% difference at a 10% launch-to-launch sd is decided.
+CONFIRM_CAP = 10
+
 
 @dataclass(frozen=True)
 class Objective:
@@ -92,7 +96,10 @@ class ExperimentSpec(BaseModel):
     dashboard: bool = True
     stop_grace: float = Field(10.0, gt=0)
     gpu_clean_timeout: float = Field(60.0, ge=0)
-    confirm: int = Field(3, ge=0, description="repeats per config in the confirm stage")
+    confirm: int = Field(CONFIRM_CAP, ge=0, description=(
+        "the confirm stage's cap: fresh launches per config at most (0: no confirm stage)"))
+    confirm_time: float | None = Field(None, gt=0, description=(
+        "the confirm stage's time cap in seconds (None: none)"))
     confirm_top: int = Field(3, ge=1)
     weights: Literal["auto", "real", "dummy"] = Field("auto", description=(
         "which weights the search's servers load: per stage (auto), the checkpoint's, or "

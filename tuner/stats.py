@@ -85,3 +85,46 @@ def clears(candidate: Interval, baseline: Interval, mode: str) -> bool:
     if mode == "max":
         return candidate.low > baseline.high
     return candidate.high < baseline.low
+
+
+def t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with integer ``df`` (the closed forms for odd and even df)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    cos2, sin = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + ...))
+        term, total = math.cos(theta), 0.0
+        if df > 1:
+            total = term
+            for k in range(3, df - 1, 2):
+                term *= cos2 * (k - 1) / k
+                total += term
+        inside = 2 / math.pi * (theta + sin * total)
+    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        term = total = 1.0
+        for k in range(2, df - 1, 2):
+            term *= cos2 * (k - 1) / k
+            total += term
+        inside = sin * total
+    return 0.5 + 0.5 * inside if t >= 0 else 0.5 - 0.5 * inside
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with integer ``df`` (bisection on ``t_cdf``)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        if t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-10 * max(1.0, high):
+            break
+    return (low + high) / 2

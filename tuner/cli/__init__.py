@@ -25,7 +25,7 @@ from tuner.cli.commands import (
     cmd_run,
     cmd_spaces,
 )
-from tuner.spec import DEFAULT_PRESET, SpecError, one_line
+from tuner.spec import CONFIRM_CAP, DEFAULT_PRESET, SpecError, one_line
 
 EXIT_BAD_INPUT = 2
 
@@ -144,10 +144,13 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, help="experiment folder (default runs/<name>)")
     o.add_argument("--name", help="experiment name (default: the folder's name)")
-    o.add_argument("--confirm", type=int, default=3, metavar="R",
-                   help="after the search, launch the top configs and the baseline R more times "
-                   "each and keep a config only if its 95%% interval clears the baseline's "
-                   "(default 3; 0 skips the stage)")
+    o.add_argument("--confirm", type=int, default=CONFIRM_CAP, metavar="N",
+                   help="after the search, launch the top configs and the baseline afresh, "
+                   "alternating, until each is shown better or worse than the baseline beyond "
+                   "launch-to-launch noise or cannot be; N: launches per config at most "
+                   f"(default {CONFIRM_CAP}, at least 3; 0 skips the stage)")
+    o.add_argument("--confirm-time", type=float, metavar="SECONDS",
+                   help="the confirm stage stops launching after this long (default: no limit)")
     o.add_argument("--confirm-top", type=int, default=3, metavar="K",
                    help="configs the confirm stage re-runs besides the baseline (default 3)")
     o.add_argument("--callback", action="append", default=[], choices=["wandb", "mlflow"],

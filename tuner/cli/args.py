@@ -247,9 +247,9 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
     if args.name is None and not re.fullmatch(r"[A-Za-z0-9._-]+", name):
         raise CliError(f"--out {str(out)!r}: the folder name is not an experiment name "
                        "(letters, digits, '.', '_', '-'): pass --name")
-    if args.confirm == 1:
-        raise CliError("--confirm 1: one repeat gives no confidence interval; use 2 or more "
-                       "(or 0 to skip the confirm stage)")
+    if 0 < args.confirm < 3:
+        raise CliError(f"--confirm {args.confirm}: the confirm stage compares launch means from "
+                       "3 launches each on; use 3 or more (or 0 to skip the stage)")
     address = args.address or os.environ.get("RAY_ADDRESS") or None
     data: dict[str, Any] = {
         "name": name, "out_dir": out, "space": space, "pins": parse_pins(args.pin, loaded),
@@ -260,6 +260,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         "nodes_per_trial": args.nodes_per_trial,
         "num_gpus": args.num_gpus, "num_cpus": args.num_cpus, "address": address,
         "dashboard": not args.no_dashboard, "confirm": args.confirm,
+        "confirm_time": args.confirm_time,
         **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),
         "confirm_top": args.confirm_top, "screen": args.screen, "screen_top": args.screen_top,
         "screen_spread": args.screen_spread,

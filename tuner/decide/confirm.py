@@ -1,22 +1,23 @@
-"""Which configuration wins: the confirm stage's statistics and verdicts (no Ray, no launches;
-``tuner.run.confirm`` runs the launches).
+"""Which configuration wins: the confirm stage's candidates, statistics and verdicts (no Ray,
+no launches; ``tuner.run.confirm`` runs the launches, ``tuner.decide.sequential`` decides
+which launch comes next and when a candidate is decided).
 
-Confirm: the top k configurations of the search and the baseline each run R more times as
-fresh launches, in interleaved order (top 1, top 2, ..., baseline, top 1, ...) so that drift
-hits all alike, with no early stopping. Each launch's score is the mean of its rounds; the R
-scores give a mean and a 95% confidence interval (Student's t). A configuration is declared
-the winner only if its whole interval is better than the baseline's whole interval;
-otherwise the decision is the default settings, said plainly.
+Confirm: the baseline (the user's settings) and the search's best candidates are launched
+afresh, alternating, until each candidate is shown better or worse than the baseline beyond
+launch-to-launch noise, cannot be told apart within the cap, or the cap is reached. Each
+launch's score is the mean of its rounds; the unit of evidence is a launch. A candidate is
+declared the winner only when the interval of its ratio to the baseline leaves 1; otherwise
+the decision is the baseline's settings, said plainly with the ratios found.
 
-Speculative reference: when the workload's base arguments turn speculative decoding on, one
-more launch of the decided communication settings runs with it off; ``speculative_verdict``
-says whether speculative decoding pays off on this machine at all.
+Speculative reference: when the workload's arguments turn speculative decoding on, the decided
+settings are launched with it off too, and ``speculative_verdict`` compares the two sides by
+the same rule.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +25,10 @@ import pandas as pd
 
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
 from tuner.decide.decision import Decision
+from tuner.decide.sequential import MIN_LAUNCHES, Comparison, Plan, compare
 from tuner.output.results import best_row, feasible, search_rows
 from tuner.spec import Objective
-from tuner.stats import Interval, clears, finite, interval
+from tuner.stats import Interval, finite, interval
 
 # ---------------------------------------------------------------- what to confirm
 
@@ -81,21 +83,6 @@ def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
     return out
 
 
-# ---------------------------------------------------------------- the order of the launches
-
-
-def interleaved(cands: Sequence[Candidate], repeats: int
-                ) -> tuple[list[dict[str, Value]], list[str], list[int]]:
-    """Points, labels and candidate index per point: repeat 1 of every candidate, then 2..."""
-    points, labels, owner = [], [], []
-    for r in range(repeats):
-        for i, c in enumerate([*cands[1:], cands[0]]):  # the baseline last in each round
-            points.append(dict(c.config))
-            labels.append(f"{c.label} {r + 1}/{repeats}")
-            owner.append((i + 1) % len(cands))
-    return points, labels, owner
-
-
 # ---------------------------------------------------------------- statistics and the verdict
 
 
@@ -110,18 +97,23 @@ def _column(rows: pd.DataFrame, name: str) -> list[float | None]:
 
 
 def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame,
-              objective: Objective | None = None) -> dict[str, Any]:
+              objective: Objective | None = None, environmental: Collection[str] = ()
+              ) -> dict[str, Any]:
     """A candidate's confirm launches: the objective's interval and verify ms; with limits,
     each limited metric's interval and the limits it is not shown to keep (``limit_breaks``);
-    with several concurrency levels, the same per level (``levels``)."""
+    with several concurrency levels, the same per level (``levels``). Launches that failed
+    for a reason outside the configuration (``environmental`` kinds) are ``lost``, not
+    ``failed``."""
     rows = _rows(df, ids)
     ok = rows[(rows["status"] == "ok") & rows["score"].notna()] if len(rows) else rows
     failed = rows[rows["status"] == "failed"] if len(rows) else rows
+    ended = [{"trial_id": str(r["trial_id"]), "kind": r.get("failure_kind")}
+             for _, r in failed.iterrows()]
     entry = {
         "label": cand.label, "source_trial": cand.source_trial, "search_score": cand.search_score,
         "config": cand.config, "trials": list(ids), "scores": _column(ok, "score"),
-        "failed": [{"trial_id": str(r["trial_id"]), "kind": r.get("failure_kind")}
-                   for _, r in failed.iterrows()],
+        "failed": [f for f in ended if f["kind"] not in environmental],
+        "lost": [f for f in ended if f["kind"] in environmental],
         "objective": interval(_column(ok, "score")).to_json(),
         "verify_ms": interval(_column(ok, "verify_ms")).to_json(),
     }
@@ -158,15 +150,35 @@ def _fmt(iv: Interval) -> str:
     return iv.text()
 
 
+def _plan(plan: Plan | int) -> Plan:
+    return plan if isinstance(plan, Plan) else Plan(cap=max(plan, 2))
+
+
+def comparisons(entries: Sequence[Mapping[str, Any]], mode: str, plan: Plan | int
+                ) -> dict[str, Comparison]:
+    """Each candidate's comparison with the baseline (entries[0]) over their launch means."""
+    base = [v for v in entries[0].get("scores") or [] if v is not None]
+    return {str(e["label"]): compare([v for v in e.get("scores") or [] if v is not None], base,
+                                     mode, _plan(plan), failed=bool(e["failed"]))
+            for e in entries[1:]}
+
+
+def _launches(entry: Mapping[str, Any]) -> int:
+    return len([v for v in entry.get("scores") or [] if v is not None])
+
+
 def decide_confirmed(entries: Sequence[Mapping[str, Any]], metric: str, mode: str,
-                     repeats: int) -> Decision:
-    """The winner, only when its interval clears the baseline's (``attach`` then fills in
-    the chosen candidate's config)."""
+                     plan: Plan | int, stopped: str | None = None) -> Decision:
+    """The winner, only when the sequential rule shows it better than the baseline (its
+    interval on the ratio of launch means leaves 1); ``attach`` then fills in the chosen
+    candidate's config. ``stopped``: why the stage stopped launching, for the text."""
+    plan = _plan(plan)
     base = entries[0]
     base_iv = _iv(base)
     within = [e for e in entries[1:] if not e["failed"] and not e.get("limit_breaks")]
     excluded = [e["label"] for e in entries[1:] if e.get("limit_breaks")]
     pick = max if mode == "max" else min
+    why = f"; stopped at {stopped}" if stopped else ""
     if base.get("limit_breaks"):  # any config shown within the limits beats one that is not
         if not within:
             return Decision("none", f"No configuration was confirmed within the limits: the "
@@ -175,70 +187,60 @@ def decide_confirmed(entries: Sequence[Mapping[str, Any]], metric: str, mode: st
         best = pick(within, key=lambda e: _iv(e).mean or 0.0)
         return Decision("confirmed", f"{best['label']} ({best['source_trial']}) keeps the "
                         f"limits and the default does not ({'; '.join(base['limit_breaks'])}): "
-                        f"{metric} {_fmt(_iv(best))}, 95% intervals over {repeats} fresh "
-                        "launches each", best["label"])
-    if base_iv.low is None:
-        return Decision("unconfirmed", f"the baseline completed {base_iv.n} of {repeats} "
-                        "confirm launches, too few for a confidence interval: nothing can be "
-                        "declared better than it")
-    winners = [e for e in within if clears(_iv(e), base_iv, mode)]
+                        f"{metric} {_fmt(_iv(best))}, 95% intervals over "
+                        f"{_launches(best)} fresh launches", best["label"])
+    if base_iv.n < MIN_LAUNCHES:
+        return Decision("unconfirmed", f"the baseline completed {base_iv.n} confirm launches "
+                        f"(at most {plan.cap}), too few to compare: nothing can be declared "
+                        f"better than it{why}")
+    comps = comparisons(entries, mode, plan)
+    winners = [e for e in within if comps[e["label"]].verdict == "better"]
     if not winners:
         outside = f" ({', '.join(excluded)} not shown within the limits)" if excluded else ""
-        return Decision("default", f"No configuration beat the default beyond noise: the "
-                        f"baseline's {metric} is {_fmt(base_iv)} and no candidate's 95% "
-                        f"interval clears it over {repeats} fresh launches each{outside}. Keep "
-                        "the default settings.", "baseline")
-    best = pick(winners, key=lambda e: _iv(e).mean or 0.0)
-    best_iv = _iv(best)
-    ratio = Objective(metric, mode, 1).speedup(best_iv.mean or 0.0, base_iv.mean or 0.0)
-    return Decision("confirmed", f"{best['label']} ({best['source_trial']}) beats the default "
-                    f"beyond noise: {metric} {_fmt(best_iv)} against {_fmt(base_iv)} for the "
-                    f"baseline ({ratio:.3f}x), 95% intervals over {repeats} fresh launches each",
-                    best["label"])
+        each = "; ".join(f"{label}: {c.text()}" for label, c in comps.items())
+        return Decision("default", f"No configuration beat the baseline beyond launch-to-launch "
+                        f"noise: the baseline's {metric} is {_fmt(base_iv)}; candidate / "
+                        f"baseline {each}{outside}{why}. Keep the baseline settings.",
+                        "baseline")
+    best = pick(winners, key=lambda e: comps[e["label"]].ratio or 0.0)
+    comp = comps[best["label"]]
+    return Decision("confirmed", f"{best['label']} ({best['source_trial']}) beats the baseline "
+                    f"beyond launch-to-launch noise: {metric} {_fmt(_iv(best))} against "
+                    f"{_fmt(base_iv)}, {comp.text()}{why}", best["label"])
 
 
-def speculative_verdict(with_iv: Interval | None, with_score: float | None,
-                        ref: Mapping[str, Any] | None, metric: str, mode: str
-                        ) -> dict[str, Any]:
-    """Does speculative decoding pay off? ``with_*``: the decided settings with it on (an
-    interval over confirm launches, or one search score); ``ref``: the row of the run
-    without it."""
-    data: dict[str, Any] = {"reference_trial": ref.get("trial_id") if ref else None,
-                            "without": None, "with": with_score, "pays_off": None}
-    if with_iv is not None and with_iv.mean is not None:
-        data["with"] = with_iv.mean
-        data["with_interval"] = with_iv.to_json()
-    if ref is None or ref.get("status") != "ok" or finite(ref.get("score")) is None:
-        kind = (ref or {}).get("failure_kind") or (ref or {}).get("status") or "not run"
+def speculative_verdict(with_scores: Sequence[float], without_scores: Sequence[float],
+                        metric: str, mode: str, plan: Plan | int,
+                        reference_failed: str | None = None) -> dict[str, Any]:
+    """Does speculative decoding pay off? The decided settings' launch means with it on
+    against those with it off, by the confirm stage's rule; the ratio is stated either way."""
+    with_iv, without_iv = interval(with_scores), interval(without_scores)
+    data: dict[str, Any] = {"with": with_iv.mean, "without": without_iv.mean,
+                            "with_interval": with_iv.to_json(),
+                            "without_interval": without_iv.to_json(), "pays_off": None}
+    if reference_failed or without_iv.mean is None:
         data["text"] = (f"the reference run without speculative decoding did not complete "
-                        f"({kind}): no verdict on speculative decoding")
+                        f"({reference_failed or 'not run'}): no verdict on speculative decoding")
         return data
-    without = finite(ref.get("score"))
-    assert without is not None
-    data["without"] = without
-    if data["with"] is None:
-        data["text"] = (f"without speculative decoding: {metric} {without:.4g}; the run with it "
-                        "has no score to compare")
+    if with_iv.mean is None:
+        data["text"] = (f"without speculative decoding: {metric} {without_iv.mean:.4g}; the run "
+                        "with it has no score to compare")
         return data
-    with_value = float(data["with"])
-    better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
-    both = f"{metric} {with_value:.4g} with it against {without:.4g} without"
-    if with_iv is not None and with_iv.low is not None and with_iv.high is not None:
-        low, high = (with_iv.low, with_iv.high)
-        if better(low if mode == "max" else high, without):
-            data["pays_off"] = True
-            data["text"] = f"Speculative decoding pays off here: {both} (outside the 95% interval)"
-        elif better(without, high if mode == "max" else low):
-            data["pays_off"] = False
-            data["text"] = (f"Speculative decoding does NOT pay off here: {both}; serve "
-                            "without it")
-        else:
-            data["text"] = (f"Speculative decoding makes no clear difference here: {both} "
-                            "(inside the 95% interval)")
-        return data
-    data["pays_off"] = better(with_value, without)
-    verdict = "pays off" if data["pays_off"] else "does NOT pay off"
-    data["text"] = f"Speculative decoding {verdict} here: {both} (single runs, not noise-checked)"
+    comp = compare(list(with_scores), list(without_scores), mode, _plan(plan))
+    data["comparison"] = comp.to_json()
+    ratio = with_iv.mean / without_iv.mean if without_iv.mean else float("nan")
+    both = (f"{metric} {with_iv.mean:.4g} with it against {without_iv.mean:.4g} without "
+            f"({ratio:.2f}x; {comp.text()})")
+    if comp.verdict == "better":
+        data["pays_off"] = True
+        data["text"] = f"Speculative decoding pays off here: {both}"
+    elif comp.verdict == "worse":
+        data["pays_off"] = False
+        data["text"] = (f"Speculative decoding does NOT pay off here: {both}; the decision "
+                        "serves without it")
+    else:
+        data["text"] = (f"Speculative decoding makes no difference that launch-to-launch noise "
+                        f"lets us see here: {both}")
     return data
 
 

@@ -31,15 +31,24 @@ def lines(data: Mapping[str, Any]) -> list[str]:
     metric = data.get("metric", "score")
     limits = data.get("limits") or []
     if entries:
-        out.append(f"confirm ({data['repeats']} fresh launches each, mean ± 95% CI half-width):")
+        stopped = f"; stopped at {data['stopped']}" if data.get("stopped") else ""
+        out.append(f"confirm (fresh launches, alternating, at most {data['repeats']} each"
+                   f"{stopped}; mean ± 95% CI half-width over launches):")
         out.append(f"  {'config':<12} {'from':<10} {metric:>24} {'verify_ms':>22}  failed"
-                   + ("  limits" if limits else ""))
+                   + ("  limits" if limits else "") + "  against the baseline")
+        comps = data.get("comparisons") or {}
         for e in entries:
             kept = "; ".join(e.get("limit_breaks") or []) or "kept"
+            versus = comps.get(e["label"], {}).get("text", "") if e is not entries[0] else ""
             out.append(f"  {e['label']:<12} {e['source_trial'] or '-':<10} "
                        f"{_interval(e, 'objective').text():>24} "
                        f"{_interval(e, 'verify_ms').text():>22}  {len(e['failed']):>6}"
-                       + (f"  {kept}" if limits else ""))
+                       + (f"  {kept}" if limits else "") + (f"  {versus}" if versus else ""))
+        spread = [f"{name} {data[key]:.1%}" for key, name in
+                  (("launch_spread", "launch to launch"), ("round_spread", "within a launch"))
+                  if data.get(key) is not None]
+        if spread:
+            out.append(f"spread (sd as a share of the mean): {', '.join(spread)}")
     if limits:
         out.append(f"limits: {', '.join(limits)} (a config is kept only within them; in the "
                    "confirm stage, its whole 95% interval)")

@@ -1,30 +1,35 @@
 """Running the confirm stage and the speculative reference (the statistics and verdicts are
 ``tuner.decide.confirm``'s): fresh launches of fixed points through the same trainable and
 ``fit()`` as the search, one whole-node trial per node at a time, journaled with phase
-"confirm". Everything lands in DIR/confirm.json."""
+"confirm". The confirm stage and the reference launch by the sequential rule
+(``tuner.decide.sequential``): alternating, until decided. Everything lands in
+DIR/confirm.json."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import ConcurrencyLimiter
 
 from search_spaces.knobs import Value
 from tuner.decide import confirm as decide
-from tuner.decide import levels
+from tuner.decide import levels, sequential
 from tuner.decide.decision import Decision
+from tuner.decide.sequential import Member, Plan
 from tuner.output import confirm_text
-from tuner.output.results import build_table, configs
+from tuner.output.results import build_table, collect, configs
 from tuner.run.dashboard import reuse_actors
 from tuner.run.fit import FitPlan, fit
 from tuner.run.progress import TrialLines
 from tuner.run.recorder import Recorder
 from tuner.run.trainable import make_trainable
+from tuner.search.adaptive import AdaptivePoints
 from tuner.search.fixed import FixedPoints
 from tuner.search.memory import ENVIRONMENTAL
 from tuner.setup import Print, Setup
@@ -46,26 +51,69 @@ class Batch:
 
     assigned: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
+    stopped: str | None = None  # why a sequential run stopped launching
 
 
-def run_points(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float], slots: int,
-               points: Sequence[Mapping[str, Value]], labels: Sequence[str], *, name: str,
-               tags: Mapping[str, Any]) -> Batch:
-    """Run the points as Ray trials of ``spec``'s trainable (whole-node, FIFO, no early
-    stopping, at most ``slots`` at once), journaled with ``tags``."""
+def _fit(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float], slots: int,
+         searcher: FixedPoints | AdaptivePoints, samples: int, *, name: str,
+         tags: Mapping[str, Any]) -> bool:
+    """Run ``searcher``'s points as Ray trials of ``spec``'s trainable (whole-node, FIFO, no
+    early stopping, at most ``slots`` at once), journaled with ``tags``; True when the run was
+    interrupted."""
     objective = setup.objective
     out = setup.out_dir.resolve()
-    searcher = FixedPoints(points, labels)
     recorder = Recorder(out, objective, setup.space.baseline(), tags=tags)
     reporter = TrialLines(objective.metric, list(setup.space.domains), spec.rounds,
                           stage_of=searcher.label_of, phase=str(tags.get("phase", name)))
     outcome = fit(FitPlan(
         name=name, storage=out, trainable=make_trainable(setup, spec, resources),
         objective=objective, search_alg=ConcurrencyLimiter(searcher, max_concurrent=slots),
-        scheduler=FIFOScheduler(), num_samples=len(points), callbacks=[recorder],
+        scheduler=FIFOScheduler(), num_samples=samples, callbacks=[recorder],
         reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors)))
-    interrupted = outcome.interrupted or outcome.trials < len(points)
-    return Batch(dict(searcher.assigned), interrupted)
+    return outcome.interrupted
+
+
+def run_points(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float], slots: int,
+               points: Sequence[Mapping[str, Value]], labels: Sequence[str], *, name: str,
+               tags: Mapping[str, Any]) -> Batch:
+    """Run the points, each once, in order."""
+    searcher = FixedPoints(points, labels)
+    interrupted = _fit(setup, spec, resources, slots, searcher, len(points), name=name,
+                       tags=tags)
+    return Batch(dict(searcher.assigned), interrupted or len(searcher.assigned) < len(points))
+
+
+def run_sequence(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float],
+                 slots: int, points: Sequence[Mapping[str, Value]], labels: Sequence[str],
+                 plan: Plan, *, name: str, tags: Mapping[str, Any],
+                 fixed: Sequence[Sequence[float]] = ()) -> Batch:
+    """Launch the points by the sequential rule (``sequential.next_launch``: point 0 is the
+    baseline) until every other point is decided, the cap or the time cap. ``fixed``: launch
+    means known beforehand, per point, that count as its launches (none are made for it)."""
+    out, objective = setup.out_dir.resolve(), setup.objective
+    started = time.monotonic()
+    state: dict[str, Any] = {}
+
+    def members(assigned: Mapping[str, int]) -> list[Member]:
+        df = build_table(out, objective, setup.space.baseline()) if assigned else None
+        outcomes = {} if df is None or df.empty else {
+            str(r["trial_id"]): (str(r["status"]), finite(r["score"]), r.get("failure_kind"))
+            for _, r in df.iterrows()}
+        return sequential.members_of(labels, assigned, outcomes, RELAUNCHED, fixed)
+
+    def choose(assigned: Mapping[str, int]) -> int | None:
+        ms, elapsed = members(assigned), time.monotonic() - started
+        nxt = sequential.next_launch(ms, objective.mode, plan, elapsed)
+        if nxt is None:
+            state["stopped"] = sequential.stop_reason(ms, objective.mode, plan, elapsed)
+        return nxt
+
+    searcher = AdaptivePoints(points, labels, choose, plan.cap)
+    # Every point may lose launches to its environment: room for as many again.
+    interrupted = _fit(setup, spec, resources, slots, searcher, 2 * plan.cap * len(points) + 2,
+                       name=name, tags=tags)
+    done = searcher.finished and not interrupted
+    return Batch(dict(searcher.assigned), not done, state.get("stopped"))
 
 
 def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo: Print
@@ -81,32 +129,34 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
     df = build_table(out, objective, baseline)
     cands = decide.candidates(df, configs(out), baseline, objective.mode, spec.confirm_top,
                               objective)
+    plan = Plan(cap=max(spec.confirm, 1), time_s=spec.confirm_time)
     data: dict[str, Any] = {"metric": objective.metric, "mode": objective.mode,
-                            "repeats": spec.confirm, "top": spec.confirm_top,
-                            "confidence": CONFIDENCE, "rounds_per_launch": spec.rounds,
-                            "entries": [], "interrupted": False,
+                            "repeats": spec.confirm, "cap": spec.confirm, "top": spec.confirm_top,
+                            "confidence": CONFIDENCE, "look_confidence": plan.confidence,
+                            "rounds_per_launch": spec.rounds, "entries": [],
+                            "interrupted": False,
                             "limits": [lim.text() for lim in objective.limits],
                             "levels": list(objective.levels), "decide_at": objective.decide_at}
     decision: Decision | None = None
     if spec.confirm > 0 and len(cands) > 1:
         echo("")
-        echo(f"confirm: {len(cands) - 1} best config(s) and the baseline, {spec.confirm} fresh "
-             f"launches each, interleaved, no early stopping")
-        points, labels, owner = decide.interleaved(cands, spec.confirm)
-        points = [{**p, **setup.weights.pins(CONFIRM)} for p in points]  # the checkpoint's
-        batch = run_points(setup, spec, resources, slots, points, labels, name=CONFIRM_DIR,
-                           tags={"phase": "confirm"})
+        echo(f"confirm: {len(cands) - 1} candidate(s) against the baseline, fresh launches "
+             f"alternating until each is decided (at most {plan.cap} each"
+             + (f", {plan.time_s:.0f} s" if plan.time_s else "") + ")")
+        points = [{**c.config, **setup.weights.pins(CONFIRM)} for c in cands]  # the checkpoint's
+        batch = run_sequence(setup, spec, resources, slots, points, [c.label for c in cands],
+                             plan, name=CONFIRM_DIR, tags={"phase": "confirm"})
         df = build_table(out, objective, baseline)
-        batch, data["relaunched"] = _relaunch_environmental(setup, resources, slots, points,
-                                                            labels, batch, df, echo)
-        data["interrupted"] = batch.interrupted
-        if data["relaunched"]:
-            df = build_table(out, objective, baseline)
+        data["interrupted"], data["stopped"] = batch.interrupted, batch.stopped
         for i, cand in enumerate(cands):
-            ids = [tid for tid, p in batch.assigned.items() if owner[p] == i]
-            data["entries"].append(decide.summarize(cand, ids, df, objective))
-        decision = decide.attach(decide.decide_confirmed(data["entries"], objective.metric,
-                                                         objective.mode, spec.confirm), cands)
+            ids = [tid for tid, p in batch.assigned.items() if p == i]
+            data["entries"].append(decide.summarize(cand, ids, df, objective, RELAUNCHED))
+        data["relaunched"] = [lost for e in data["entries"] for lost in e["lost"]]
+        data.update(_spreads(out, data["entries"], objective.metric))
+        data["comparisons"] = {label: {**c.to_json(), "text": c.text()} for label, c in
+                               decide.comparisons(data["entries"], objective.mode, plan).items()}
+        decision = decide.attach(decide.decide_confirmed(
+            data["entries"], objective.metric, objective.mode, plan, batch.stopped), cands)
     elif spec.confirm > 0:
         data["note"] = "no configuration besides the baseline completed the search: nothing to confirm"
     decision = decision or levels.unconfirmed_at(df, cands, None, objective, spec.confirm)
@@ -114,42 +164,27 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
     data["per_level"] = levels.per_level(objective, df, cands, data["entries"], spec.confirm)
     data.update(levels.same_winner(data["per_level"], objective.decide_at))
     if not data["interrupted"]:
-        data["speculative"] = _speculative(setup, resources, slots, data, decision, echo)
+        data["speculative"] = _speculative(setup, resources, slots, data, decision, plan, echo)
     confirm_text.write(out, data)
     return data
 
 
-def _relaunch_environmental(setup: Setup, resources: Mapping[str, float], slots: int,
-                            points: Sequence[Mapping[str, Value]], labels: Sequence[str],
-                            batch: Batch, df: pd.DataFrame, echo: Print
-                            ) -> tuple[Batch, list[dict[str, str]]]:
-    """Launch once more each confirm point whose launch failed for a reason that says nothing
-    about its configuration (RELAUNCHED: a busy port or GPU, a lost node). One such failure
-    would leave its candidate a launch short and the decision unconfirmed. The failed trials
-    stay in the journal; the candidates are judged on the relaunches. Returns the batch to
-    judge and what was relaunched (trial, kind). ``df``: the results table after ``batch``."""
-    if batch.interrupted:
-        return batch, []
-    kinds = ({str(t): str(k) for t, k in zip(df["trial_id"], df["failure_kind"], strict=True)}
-             if "failure_kind" in df else {})
-    again = [(tid, p) for tid, p in batch.assigned.items() if kinds.get(tid) in RELAUNCHED]
-    if not again:
-        return batch, []
-    echo(f"confirm: {len(again)} launch(es) failed for a reason outside the configuration ("
-         + ", ".join(f"{tid}: {kinds[tid]}" for tid, _ in again) + "): launched once more")
-    retry = run_points(setup, setup.spec, resources, slots, [points[p] for _, p in again],
-                       [f"{labels[p]} (again)" for _, p in again], name=f"{CONFIRM_DIR}-again",
-                       tags={"phase": "confirm"})
-    failed = {tid for tid, _ in again}
-    assigned = {tid: p for tid, p in batch.assigned.items() if tid not in failed}
-    assigned.update({tid: again[i][1] for tid, i in retry.assigned.items()})
-    return Batch(assigned, retry.interrupted), [{"trial_id": t, "kind": kinds[t]}
-                                                for t, _ in again]
+def _spreads(out: Path, entries: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
+    """The launch-to-launch spread of the confirm launches beside the within-launch one (the
+    rounds of one launch), each as a fraction of the mean."""
+    launches = {str(e["label"]): [v for v in e["scores"] if v is not None] for e in entries}
+    trials = collect(out)
+    rounds = {tid: [v for r in trials[tid]["rounds"] if (v := finite(r.get(metric))) is not None]
+              for e in entries for tid in e["trials"] if tid in trials}
+    return {"launch_spread": sequential.launch_spread(launches),
+            "round_spread": sequential.launch_spread(rounds)}
 
 
 def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
-                 data: dict[str, Any], decision: Decision, echo: Print) -> dict[str, Any] | None:
-    """One launch of the decided settings with speculative decoding off, and the verdict."""
+                 data: dict[str, Any], decision: Decision, plan: Plan, echo: Print
+                 ) -> dict[str, Any] | None:
+    """The decided settings launched with speculative decoding off, by the same sequential
+    rule against their confirm launches with it on, and the verdict."""
     spec, objective = setup.spec, setup.objective
     args = spec.workload.without_speculative()
     if args is None or decision.config is None:
@@ -158,24 +193,38 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
         return {"text": f"no reference run without speculative decoding: {objective.metric} "
                         "exists only with it on", "pays_off": None, "with": None,
                 "without": None, "reference_trial": None}
+    out = setup.out_dir.resolve()
+    entry = next((e for e in data["entries"] if e["label"] == decision.label), None)
+    searched = decide.search_score(build_table(out, objective, setup.space.baseline()),
+                                   decision.source_trial)
+    with_scores = [v for v in entry["scores"] if v is not None] if entry else \
+        ([] if searched is None else [searched])
+    ref_plan = Plan(cap=plan.cap if spec.confirm else 1, alpha=plan.alpha, time_s=plan.time_s)
     echo("")
-    echo(f"speculative decoding: one launch of the {decision.label} settings with it off")
+    echo(f"speculative decoding: the {decision.label} settings with it off, launched until "
+         f"the difference is decided (at most {ref_plan.cap})")
     ref_spec = spec.model_copy(update={"workload": args})
     config = decide.without_speculative_knobs(decision.config)
-    batch = run_points(setup, ref_spec, resources, slots,
-                       [{**config, **setup.weights.pins(CONFIRM)}], ["no speculative"],
-                       name=REFERENCE_DIR, tags={"phase": "confirm", "variant": NO_SPECULATIVE})
+    points = [dict(decision.config), {**config, **setup.weights.pins(CONFIRM)}]
+    batch = run_sequence(setup, ref_spec, resources, slots, points,
+                         [f"{decision.label} (speculative on)", "no speculative"], ref_plan,
+                         name=REFERENCE_DIR, tags={"phase": "confirm", "variant": NO_SPECULATIVE},
+                         fixed=[with_scores])
     if batch.interrupted:
         data["interrupted"] = True
-    df = build_table(setup.out_dir.resolve(), objective, setup.space.baseline())
+    df = build_table(out, objective, setup.space.baseline())
     rows = df[df["trial_id"].isin(list(batch.assigned))] if not df.empty else df
-    ref = rows.iloc[0].to_dict() if len(rows) else None
-    entry = next((e for e in data["entries"] if e["label"] == decision.label), None)
-    with_iv = decide.entry_interval(entry) if entry else None
-    with_score = finite(entry["search_score"]) if entry else \
-        decide.search_score(df, decision.source_trial)
-    verdict = decide.speculative_verdict(with_iv, with_score, ref, objective.metric,
-                                         objective.mode)
+    ok = rows[(rows["status"] == "ok") & rows["score"].notna()] if len(rows) else rows
+    own = rows[(rows["status"] == "failed") & ~rows["failure_kind"].isin(list(RELAUNCHED))] \
+        if len(rows) and "failure_kind" in rows else rows.iloc[0:0]
+    failed = None if own.empty else str(own.iloc[0]["failure_kind"] or "failed")
+    if not len(rows):
+        failed = "not run"
+    verdict = decide.speculative_verdict(with_scores, [float(v) for v in ok["score"]],
+                                         objective.metric, objective.mode, ref_plan, failed)
+    verdict["reference_trials"] = [str(t) for t in rows["trial_id"]] if len(rows) else []
+    verdict["reference_trial"] = verdict["reference_trials"][0] if len(rows) else None
+    verdict["stopped"] = batch.stopped
     verdict["algorithm"] = spec.workload.speculative_label()
     verdict["config"] = config
     return verdict

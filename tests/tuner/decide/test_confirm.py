@@ -1,5 +1,5 @@
 """The confirm stage's statistics and decisions, without Ray: Student-t intervals, which
-configs get confirmed, the interleaved order, the winner rule, the speculative verdict."""
+configs get confirmed, the winner rule on launch means, the speculative verdict."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from tuner.decide.confirm import (
     Candidate,
     candidates,
     decide_confirmed,
-    interleaved,
     speculative_verdict,
     unconfirmed,
     without_speculative_knobs,
@@ -49,16 +48,6 @@ def test_candidates_are_the_baseline_then_the_best_distinct_completed_configs() 
     assert [c.source_trial for c in lowest] == ["t0", "t5"]
 
 
-def test_interleaved_runs_every_config_once_per_round_with_the_baseline_last() -> None:
-    cands = [Candidate("baseline", {"a": None}, "t0", 1.0), Candidate("top 1", {"a": 1}, "t1", 2.0),
-             Candidate("top 2", {"a": 2}, "t2", 1.5)]
-    points, labels, owner = interleaved(cands, 2)
-    assert labels == ["top 1 1/2", "top 2 1/2", "baseline 1/2",
-                      "top 1 2/2", "top 2 2/2", "baseline 2/2"]
-    assert owner == [1, 2, 0, 1, 2, 0]
-    assert points[2] == {"a": None} and points[3] == {"a": 1}
-
-
 def test_fixed_points_suggests_each_point_once_then_finishes(tmp_path: Path) -> None:
     searcher = FixedPoints([{"a": 1}, {"a": 2}], ["one", "two"])
     assert searcher.suggest("x") == {"a": 1}
@@ -80,29 +69,31 @@ def _entry(label: str, scores: list[float], failed: int = 0) -> dict[str, object
             "objective": interval(scores).to_json(), "verify_ms": interval([]).to_json()}
 
 
-def test_the_winner_is_the_best_config_whose_interval_clears_the_baseline() -> None:
+def test_the_winner_is_the_best_config_shown_better_than_the_baseline() -> None:
     entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [120, 122, 121]),
                _entry("top 2", [130, 131, 129])]
     decision = decide_confirmed(entries, "output_throughput", "max", 3)
     assert decision.kind == "confirmed" and decision.label == "top 2"
-    assert "beats the default beyond noise" in decision.text and "1.300x" in decision.text
+    assert "beyond launch-to-launch noise" in decision.text and "1.300x" in decision.text
+    assert "3 launches against 3: better" in decision.text
 
 
-def test_no_winner_within_noise_says_so_plainly() -> None:
+def test_no_winner_within_noise_says_so_plainly_with_the_ratios() -> None:
     entries = [_entry("baseline", [100, 110, 90]), _entry("top 1", [112, 104, 120])]
-    decision = decide_confirmed(entries, "output_throughput", "max", 3)
+    decision = decide_confirmed(entries, "output_throughput", "max", 3, "the cap")
     assert decision.kind == "default" and decision.label == "baseline"
-    assert decision.text.startswith("No configuration beat the default beyond noise")
-    assert "Keep the default settings" in decision.text
+    assert decision.text.startswith("No configuration beat the baseline beyond launch-to-launch")
+    assert "top 1: 1.122x [" in decision.text and "stopped at the cap" in decision.text
+    assert "Keep the baseline settings" in decision.text
 
 
-def test_a_config_that_failed_a_repeat_is_never_the_winner() -> None:
-    entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [150, 151], failed=1)]
+def test_a_config_that_failed_a_launch_of_its_own_is_never_the_winner() -> None:
+    entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [150, 151, 149], failed=1)]
     assert decide_confirmed(entries, "m", "max", 3).kind == "default"
 
 
-def test_a_baseline_without_an_interval_allows_no_claim() -> None:
-    entries = [_entry("baseline", [100]), _entry("top 1", [150, 151, 152])]
+def test_a_baseline_with_too_few_launches_allows_no_claim() -> None:
+    entries = [_entry("baseline", [100, 101]), _entry("top 1", [150, 151, 152])]
     decision = decide_confirmed(entries, "m", "max", 3)
     assert decision.kind == "unconfirmed" and "too few" in decision.text
 
@@ -110,34 +101,42 @@ def test_a_baseline_without_an_interval_allows_no_claim() -> None:
 def test_lines_show_the_table_and_the_decision() -> None:
     entries = [_entry("baseline", [100, 101, 99]), _entry("top 1", [130, 131, 129])]
     data = {"metric": "output_throughput", "repeats": 3, "entries": entries,
-            "decision": decide_confirmed(entries, "output_throughput", "max", 3).to_json()}
+            "decision": decide_confirmed(entries, "output_throughput", "max", 3).to_json(),
+            "launch_spread": 0.0123, "round_spread": 0.004, "stopped": "every candidate decided"}
     text = "\n".join(lines(data))
     assert "baseline" in text and "top 1" in text and "100 ± 2.48 (n=3)" in text
-    assert "decision: top 1" in text
+    assert "decision: top 1" in text and "stopped at every candidate decided" in text
+    assert "launch to launch 1.2%, within a launch 0.4%" in text
 
 
 # ---------------------------------------------------------------- speculative decoding
 
 
 def test_the_field_case_says_speculative_decoding_does_not_pay_off() -> None:
-    with_it = interval([54.0, 55.0, 53.0])
-    verdict = speculative_verdict(with_it, None, {"trial_id": "r", "status": "ok", "score": 90.0},
-                                  "output_throughput", "max")
+    verdict = speculative_verdict([54.0, 55.0, 53.0], [90.0, 91.0, 89.0],
+                                  "output_throughput", "max", 10)
     assert verdict["pays_off"] is False and verdict["without"] == 90.0
-    assert "does NOT pay off" in verdict["text"] and "serve without it" in verdict["text"]
+    assert "does NOT pay off" in verdict["text"] and "serves without it" in verdict["text"]
+    assert "0.60x" in verdict["text"]
 
 
-def test_speculative_verdicts_pay_off_unclear_failed_and_single_run() -> None:
-    ok = {"trial_id": "r", "status": "ok", "score": 100.0}
-    assert speculative_verdict(interval([150, 151, 149]), None, ok, "m", "max")["pays_off"] is True
-    unclear = speculative_verdict(interval([90, 110, 100]), None, ok, "m", "max")
-    assert unclear["pays_off"] is None and "no clear difference" in unclear["text"]
-    failed = speculative_verdict(interval([150, 151]), None,
-                                 {"trial_id": "r", "status": "failed", "score": None,
-                                  "failure_kind": "oom"}, "m", "max")
+def test_the_h200_case_a_2x_gap_is_not_called_no_difference() -> None:
+    """The H200: 216.5 with it against 461.8 without, called 'no clear difference' after one
+    launch without it. Three launches each decide it, ratio stated."""
+    verdict = speculative_verdict([216.5, 190.0, 240.0], [461.8, 420.0, 480.0],
+                                  "output_throughput", "max", 10)
+    assert verdict["pays_off"] is False and "0.47x" in verdict["text"]
+
+
+def test_speculative_verdicts_pay_off_unclear_and_failed() -> None:
+    assert speculative_verdict([150, 151, 149], [100, 101, 99], "m", "max", 10)["pays_off"]
+    unclear = speculative_verdict([90, 110, 100], [100, 95, 105], "m", "max", 10)
+    assert unclear["pays_off"] is None and "no difference" in unclear["text"]
+    assert "1.00x" in unclear["text"]
+    failed = speculative_verdict([150, 151], [], "m", "max", 10, reference_failed="oom")
     assert failed["pays_off"] is None and "(oom)" in failed["text"]
-    single = speculative_verdict(None, 80.0, ok, "m", "max")
-    assert single["pays_off"] is False and "not noise-checked" in single["text"]
+    single = speculative_verdict([80.0], [100.0], "m", "max", 1)
+    assert single["pays_off"] is None and "0.80x" in single["text"]
 
 
 def test_reference_args_turn_speculative_decoding_off_only_where_it_is_on() -> None:

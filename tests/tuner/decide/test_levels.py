@@ -114,7 +114,7 @@ def test_a_default_that_breaks_the_limit_loses_to_any_config_within_it(tmp_path:
 def _entry(label: str, scores: list[float], itl: list[float]) -> dict[str, Any]:
     ivs = interval(itl)
     reason = LIMIT.check_interval(ivs)
-    return {"label": label, "source_trial": f"s-{label}", "failed": [],
+    return {"label": label, "source_trial": f"s-{label}", "failed": [], "scores": scores,
             "objective": interval(scores).to_json(), "limits": {"p99_itl_ms": ivs.to_json()},
             "limit_breaks": [reason] if reason else []}
 

@@ -1,0 +1,104 @@
+"""The confirm stage's launches in sequence (run_sequence), with Ray's fit and the results
+table stubbed: each launch's outcome comes from a script. A launch lost to its environment (a
+busy port) is made again and the candidate judged on the relaunch; a crash is the
+candidate's own and ends its launches; the order alternates, reversed every other round."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tuner.decide.sequential import Plan
+from tuner.run import confirm
+from tuner.search.adaptive import AdaptivePoints
+
+Outcome = tuple[str, float | None, str | None]  # status, score, failure kind
+POINTS = [{"NCCL_ALGO": None}, {"NCCL_ALGO": "Tree"}]
+LABELS = ["baseline", "top 1"]
+
+
+def _setup(tmp_path: Path) -> Any:
+    space = SimpleNamespace(baseline=lambda: {"NCCL_ALGO": None})
+    return SimpleNamespace(out_dir=tmp_path, objective=SimpleNamespace(mode="max"),
+                           space=space, spec=None)
+
+
+def _drive(monkeypatch: pytest.MonkeyPatch, script: Callable[[int, int], Outcome]
+           ) -> list[tuple[int, str]]:
+    """Stubs: ``_fit`` asks the searcher for launches until FINISHED, each launch's outcome
+    from ``script(point, launch number of that point)``; ``build_table`` shows them."""
+    rows: dict[str, Outcome] = {}
+    launched: list[tuple[int, str]] = []
+
+    def table(*_: Any, **__: Any) -> pd.DataFrame:
+        return pd.DataFrame([{"trial_id": t, "status": s, "score": v, "failure_kind": k}
+                             for t, (s, v, k) in rows.items()])
+
+    def fit(setup: Any, spec: Any, resources: Any, slots: int, searcher: AdaptivePoints,
+            samples: int, *, name: str, tags: Mapping[str, Any]) -> bool:
+        for n in itertools.count():
+            tid = f"t{n:02d}"
+            if searcher.suggest(tid) is Searcher_FINISHED or n >= samples:
+                return False
+            point = searcher.assigned[tid]
+            label = searcher.label_of(tid) or ""
+            launched.append((point, label))
+            rows[tid] = script(point, sum(1 for p, _ in launched if p == point))
+        return False
+
+    monkeypatch.setattr(confirm, "build_table", table)
+    monkeypatch.setattr(confirm, "_fit", fit)
+    return launched
+
+
+Searcher_FINISHED = AdaptivePoints.FINISHED
+
+
+def _run(tmp_path: Path, plan: Plan) -> confirm.Batch:
+    return confirm.run_sequence(_setup(tmp_path), None, {}, 1, POINTS, LABELS, plan,  # type: ignore[arg-type]
+                                name="confirm", tags={"phase": "confirm"})
+
+
+def test_a_clear_winner_is_decided_at_the_first_look_in_alternating_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scores = {0: [100.0, 104.0, 98.0], 1: [150.0, 147.0, 152.0]}
+    launched = _drive(monkeypatch, lambda p, k: ("ok", scores[p][k - 1], None))
+    batch = _run(tmp_path, Plan(cap=10))
+    assert [p for p, _ in launched] == [0, 1, 1, 0, 0, 1]  # B c | c B | B c
+    assert launched[0][1] == "baseline 1/10" and launched[-1][1] == "top 1 3/10"
+    assert batch.stopped == "every candidate decided" and not batch.interrupted
+
+
+def test_a_busy_port_is_launched_again_and_a_crash_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def script(point: int, k: int) -> Outcome:
+        if point == 1 and k == 2:
+            return ("failed", None, "port_busy")
+        return ("ok", 150.0 + k if point else 100.0 + k, None)
+
+    launched = _drive(monkeypatch, script)
+    batch = _run(tmp_path, Plan(cap=10))
+    assert [p for p, _ in launched].count(1) == 4  # three ok, one lost and made again
+    assert batch.stopped == "every candidate decided"
+
+    launched = _drive(monkeypatch, lambda p, k: ("failed", None, "crashed") if p == 1
+                      else ("ok", 100.0, None))
+    batch = _run(tmp_path, Plan(cap=10))
+    assert [p for p, _ in launched] == [0, 1]  # the candidate's own failure ends it
+    assert batch.stopped == "every candidate decided"
+
+
+def test_the_stage_stops_at_the_cap_when_nothing_separates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    noise = [0.0, 9.0, -7.0, 4.0, -3.0, 8.0, -9.0, 2.0, 5.0, -4.0]
+    launched = _drive(monkeypatch, lambda p, k: ("ok", 100.0 + noise[(k * 3 + p) % 10], None))
+    batch = _run(tmp_path, Plan(cap=5))
+    counts = [p for p, _ in launched]
+    assert counts.count(0) <= 5 and counts.count(1) <= 5
+    assert batch.stopped in ("every candidate decided", "the cap (5 launches each)")
