@@ -369,7 +369,8 @@ class SGLangWorkload(Workload):
 
     def production_plan(self, config: Mapping[str, Value], ctx: TrialContext) -> LaunchPlan:
         """As the user serves it: nothing that only measuring needs (served.py)."""
-        return served.production_plan(self, config, ctx)
+        serving = SGLangWorkload(self.args.model_copy(update=served.MEASURING_ONLY))
+        return served.production_plan(serving, config, ctx, self.args.host is not None)
 
     def ran(self, config: Mapping[str, Value], trial_dir: Path) -> dict[str, Value]:
         return ran_values(config, trial_dir)

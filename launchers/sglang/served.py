@@ -12,13 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from launchers.base import LaunchPlan, TrialContext, Workload
 from search_spaces.knobs import Value
-
-if TYPE_CHECKING:
-    from launchers.sglang.launcher import SGLangWorkload
 
 # The switches of SGLangArgs that a trial turns on only to measure.
 MEASURING_ONLY = {"fast_start": False, "capture_concurrency": False, "metrics": False,
@@ -39,14 +35,13 @@ def without_flag(argv: Sequence[str], flag: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def production_plan(workload: SGLangWorkload, config: Mapping[str, Value], ctx: TrialContext
-                    ) -> LaunchPlan:
-    """``config`` as the user launches it: the trial's plan without what only measuring
-    needs; ``--host`` only when the user gave one (else SGLang's default)."""
-    args = workload.args
-    serving = type(workload)(args.model_copy(update=MEASURING_ONLY))
+def production_plan(serving: Workload, config: Mapping[str, Value], ctx: TrialContext,
+                    host_given: bool) -> LaunchPlan:
+    """``config`` as the user launches it: the plan of ``serving`` (the workload with every
+    MEASURING_ONLY switch off) without its measuring env; ``--host`` only when the user
+    gave one (else SGLang's default)."""
     plan = Workload.production_plan(serving, config, ctx)
-    if args.host is not None:
+    if host_given:
         return plan
 
     def default_host(node: LaunchPlan) -> LaunchPlan:

@@ -1,7 +1,10 @@
 """Exports of the decided configuration, in DIR/best/:
 
 - ``launch.sh``: the env exports and the server argv, runnable as is (across nodes: every
-  node's command, ``launch.sh NODE_RANK DIST_INIT_ADDR`` on each);
+  node's command, ``launch.sh NODE_RANK DIST_INIT_ADDR`` on each): the user's command and the
+  decided configuration as its trial's server resolved it (a comment names each value SGLang
+  resolved other than asked), nothing a trial adds only to measure (the workload's
+  ``production_plan``);
 - ``env``: the same env as a dotenv file;
 - ``nccl-tuner.csv``: what NCCL ran, as rules for NCCL's example tuner plugin
   (``tuner.output.tuner_csv``);
@@ -13,7 +16,7 @@ and DIR/best.json (machine-readable).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ import pandas as pd
 from launchers import multinode
 from launchers.base import LaunchPlan
 from tuner.output.files import BEST_DIR, BEST_JSON, read_json, write_json
+from tuner.output.ran import launched, trial_ran
 from tuner.output.tuner_csv import tuner_csv, tuner_rules
 from tuner.setup import Setup
 
@@ -41,11 +45,14 @@ def dotenv_value(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
-def write_launch(folder: Path, plan: LaunchPlan) -> Path:
+def write_launch(folder: Path, plan: LaunchPlan, notes: Sequence[str] = ()) -> Path:
+    """launch.sh; ``notes`` as comments under its first line."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / LAUNCH
     # Across nodes: one script for every node (launch.sh NODE_RANK DIST_INIT_ADDR).
-    script.write_text(multinode.shell_script(plan) if plan.peers else plan.shell_script())
+    first, _, rest = (multinode.shell_script(plan) if plan.peers else plan.shell_script()
+                      ).partition("\n")
+    script.write_text("\n".join([first, *(f"# {n}" for n in notes), rest]))
     os.chmod(script, 0o755)
     return script
 
@@ -83,7 +90,8 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
         return None
     out = setup.spec.out_dir
     tid = decision.get("source_trial")
-    plan = setup.production_plan(config, out / BEST_DIR)
+    served, changed = launched(config, trial_ran(out, tid, config), setup.space)
+    plan = setup.production_plan(served, out / BEST_DIR)
     rows = df[df["trial_id"] == tid] if tid is not None and not df.empty else df.iloc[0:0]
     row = rows.iloc[0] if len(rows) else None
     search = df[(df["baseline"]) & (df.get("phase", "search") == "search")] if not df.empty \
@@ -99,7 +107,8 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
         "decision": decision.get("kind"), "label": decision.get("label"),
         "evidence": decision.get("text"),
         "confirmed": entry["objective"] if entry else None,
-        "config": dict(config), "argv": list(plan.argv), "env": dict(plan.env),
+        "config": dict(config), "served_config": served, "argv": list(plan.argv),
+        "env": dict(plan.env),
         "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
         **({"peers": [list(p.argv) for p in plan.peers]} if plan.peers else {}),
         "nccl_tuner_rules": [r.csv_line() for r in rules],
@@ -112,7 +121,7 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
                     per_level=[_level(setup, item, df) for item in levels])
     write_json(out / BEST_JSON, best)
     folder = out / BEST_DIR
-    write_launch(folder, plan)
+    write_launch(folder, plan, changed)
     write_env(folder, plan)
     (folder / TUNER_CSV).write_text(tuner_csv(rules, notes, setup.spec.name,
                                               f"NCCL's TUNING log lines of trial {tid}"))
@@ -131,7 +140,10 @@ def _level(setup: Setup, item: Mapping[str, Any], df: pd.DataFrame) -> dict[str,
         "score": _float(rows[column].iloc[0]) if len(rows) and column in rows else None,
         "config": config}
     if config is not None:
-        plan = setup.production_plan(config, setup.spec.out_dir / BEST_DIR)
+        out = setup.spec.out_dir
+        served, _ = launched(config, trial_ran(out, tid, config), setup.space)
+        plan = setup.production_plan(served, out / BEST_DIR)
+        entry["served_config"] = served
         entry.update(argv=list(plan.argv), env=dict(plan.env), unset_env=list(plan.unset_env))
     return entry
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from search_spaces.knobs import DUMMY, WEIGHTS
+from tuner.output.ran import same
 
 
 def fmt_value(value: Any) -> str:
@@ -22,10 +23,25 @@ def short_name(knob: str) -> str:
     return knob.removeprefix("NCCL_").removeprefix("--")
 
 
-def settings_text(config: Mapping[str, Any], knobs: Sequence[str]) -> str:
-    """The knobs a config sets (not unset, not off), with short names."""
-    changed = [f"{short_name(k)}={v}" if v is not True else short_name(k)
-               for k, v in config.items()
-               if k in knobs and v is not None and v is not False]
+def settings_text(config: Mapping[str, Any], knobs: Sequence[str],
+                  ran: Mapping[str, Any] | None = None) -> str:
+    """The knobs a config sets (not unset, not off), with short names; with ``ran`` (what
+    the trial's server resolved, tuner.output.ran), what ran, the asked value beside it
+    where the two differ (``num-draft-tokens=6 (asked 2)``)."""
+    ran = ran or {}
+    changed = []
+    for k, asked in config.items():
+        if k not in knobs:
+            continue
+        value = ran.get(k, asked)
+        other = not same(k, asked, value)
+        note = f" (asked {asked})" if other and asked not in (None, False) else \
+            " (the server's choice)" if other else ""
+        if value is None or value is False:
+            if other:
+                changed.append(f"{short_name(k)}=unset{note}")
+            continue
+        changed.append((f"{short_name(k)}={value}" if value is not True else short_name(k))
+                       + note)
     dummy = " [dummy weights]" if config.get(WEIGHTS) == DUMMY else ""
     return (" ".join(changed) or "baseline (no overrides)") + dummy

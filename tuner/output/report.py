@@ -15,10 +15,11 @@ from typing import Any
 import pandas as pd
 
 from search_spaces.knobs import DUMMY, WEIGHTS
-from tuner.output import pareto, plots, readiness
+from tuner.output import pareto, plots, proposals, readiness
 from tuner.output.confirm_text import lines as confirm_lines
 from tuner.output.files import RULED_OUT_JSON, RUN_JSON, read_json
 from tuner.output.progress import settings_text
+from tuner.output.ran import row_configs, trial_ran
 from tuner.output.results import BREAKS, search_rows
 from tuner.setup import Setup
 from tuner.stats import Interval
@@ -107,7 +108,8 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                     f"{objective.decide_at} (--decide-at), each level gets its own winner"])
     decision = dict((confirm_data or {}).get("decision") or {})
     chosen_config = decision.get("config")
-    chosen = "-" if chosen_config is None else settings_text(chosen_config, knobs)
+    chosen = "-" if chosen_config is None else settings_text(
+        chosen_config, knobs, trial_ran(out, decision.get("source_trial"), chosen_config))
     search = search_rows(df)
     limited = bool(objective.limits)
     top: Table = [["trial", "status", objective.metric, "speedup", "verify_ms", "settings",
@@ -117,12 +119,12 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
         order = scored.sort_values("score", ascending=objective.mode == "min").head(top_n)
         base = search[search["baseline"] & ~search["trial_id"].isin(order["trial_id"])]
         for _, row in pd.concat([order, base]).iterrows():
-            config = {k: (None if row.get(k) == "default" else row.get(k)) for k in knobs}
+            config, ran = row_configs(row, knobs)
             config.update({WEIGHTS: DUMMY} if row.get(WEIGHTS) == DUMMY else {})
             label = " (baseline)" if row["baseline"] else ""
             top.append([str(row["trial_id"]) + label, str(row["status"]), _cell(row["score"]),
                         f"{row['speedup']:.3f}x" if _cell(row["speedup"]) != "-" else "-",
-                        _cell(row.get("verify_ms")), settings_text(config, knobs),
+                        _cell(row.get("verify_ms")), settings_text(config, knobs, ran),
                         *([_cell(row.get(BREAKS)) if isinstance(row.get(BREAKS), str)
                            else "kept"] if limited else [])])
     failures: Table = [["kind", "trials", "example", "message", "hint"]]
@@ -139,6 +141,8 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
     spec_text = ((confirm_data or {}).get("speculative") or {}).get("text")
     if setup.weights.applies or setup.weights.note:
         how.append(["weights", setup.weights.summary()])
+    how += [["not launched", line.partition(": ")[2]] for line in proposals.lines(out)]
+    notes += proposals.refusals(out)
     if WEIGHTS in df and (df[WEIGHTS] == DUMMY).any():
         notes.append(f"random weights: {LIMIT}")
     startup, campaign = readiness.section(df, out)
@@ -188,7 +192,8 @@ def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] 
         config = d.get("config")
         table.append([f"{level}{' (--decide-at)' if level == setup.objective.decide_at else ''}",
                       str(d.get("kind")), f"{d.get('label') or '-'} ({d.get('source_trial') or '-'})",
-                      figure, "-" if config is None else settings_text(config, knobs)])
+                      figure, "-" if config is None else settings_text(
+                          config, knobs, trial_ran(setup.out_dir, d.get("source_trial"), config))])
     return table, str(data.get("same_config_text") or "")
 
 

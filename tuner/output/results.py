@@ -13,6 +13,8 @@ import pandas as pd
 from search_spaces.knobs import CATALOGUE, WEIGHTS, Value, weights_of, without_weights
 from tuner.limits import SEARCH_KEY, breaks
 from tuner.output.files import JOURNAL, RESULTS_CSV, read_journal
+from tuner.output.progress import settings_text
+from tuner.output.ran import asked_column, differs, row_configs, shown, trial_ran
 from tuner.spec import Objective
 
 _LAST_ONLY = ("nccl_", "ready_s", "startup_")  # columns per trial, not per round
@@ -71,7 +73,9 @@ def build_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any]
             "hint": failure.get("hint") or None, "rounds": len(rounds),
             "score": _mean([r.get(objective.metric) for r in rounds]),
         }
-        row.update({k: _show(v) for k, v in t["config"].items()})
+        ran = trial_ran(out_dir, tid, t["config"])  # what its server resolved, where known
+        row.update({k: _show(v) for k, v in shown(t["config"], ran).items()})
+        row.update({asked_column(k): _show(v) for k, v in differs(t["config"], ran).items()})
         if weighed:
             row[WEIGHTS] = weights_of(t["config"])
         names = {k for r in rounds for k in r} - {"round", SEARCH_KEY}
@@ -215,14 +219,15 @@ def summary_lines(df: pd.DataFrame, objective: Objective, knobs: list[str], top:
     base = df[df["baseline"]]
     lines.append(f"{'trial':<14} {'status':<8} {objective.metric:>12} {'speedup':>8}  settings")
     for _, row in pd.concat([shown, base[~base["trial_id"].isin(shown["trial_id"])]]).iterrows():
-        changed = [f"{k}={row[k]}" for k in knobs if k in row and row[k] not in ("default", False)]
+        asked, ran = row_configs(row, knobs)
+        changed = settings_text(asked, knobs, ran)
         label = " (baseline)" if row["baseline"] else ""
         label += " [dummy weights]" if row.get(WEIGHTS) == "dummy" else ""
         score = f"{row['score']:.4g}" if row["score"] == row["score"] and row["score"] is not None \
             else "-"
         speed = f"{row['speedup']:.3f}x" if row["speedup"] == row["speedup"] else "-"
         lines.append(f"{row['trial_id']:<14} {row['status']:<8} {score:>12} {speed:>8}  "
-                     f"{' '.join(changed) or 'no overrides'}{label}")
+                     f"{changed}{label}")
     counts = df["status"].value_counts().to_dict()
     lines.append("trials: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
     outside = df[~feasible(df) & df["status"].isin(["ok", "stopped"])]

@@ -15,7 +15,7 @@ import pandas as pd
 
 from tuner.decide.confirm import search_decision
 from tuner.decide.decision import Decision
-from tuner.output import broken, confirm_text, exports, report
+from tuner.output import broken, confirm_text, exports, proposals, report
 from tuner.output.files import BEST_DIR, JOURNAL, RESULTS_CSV, RULED_OUT_JSON, read_journal, write_json
 from tuner.output.readiness import campaign
 from tuner.output.results import collect, configs, search_rows, summary_lines, write_table
@@ -91,6 +91,7 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
     out: Path = setup.out_dir
     df = table(setup)
     lines = summary_lines(search_rows(df), setup.objective, list(setup.space.domains))
+    lines += proposals.lines(out)  # answered by a resolved twin, refused by SGLang
     if broken_environment is not None:  # nothing to decide, nothing ruled out
         lines += broken.lines(broken_environment, out)
         echo("")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from ray.tune import ProgressReporter
@@ -19,6 +20,7 @@ from ray.tune.experiment import Trial
 
 from tuner.output.progress import fmt_value as _fmt
 from tuner.output.progress import settings_text
+from tuner.output.ran import experiment_of, trial_ran
 from tuner.run.recorder import trial_failure
 
 VERIFY = "verify_ms"
@@ -41,6 +43,7 @@ class TrialLines(ProgressReporter):
         self._stream = stream  # None: sys.stdout at each print (a restored run pickles this)
         self._seen: dict[str, tuple[str, Any]] = {}
         self._header = False
+        self._experiment: Path | None = None  # the folder of the trials' servetune folders
         self._widths = [8, 22, 8, 5, max(12, len(metric)), *(max(9, len(e)) for e in self.extra)]
 
     def should_report(self, trials: list[Trial], done: bool = False) -> bool:
@@ -66,7 +69,7 @@ class TrialLines(ProgressReporter):
         result = trial.last_result or {}
         label = self.stage_of(trial.trial_id) if self.stage_of else None
         phase = f"{self.phase} {label}" if label else self.phase
-        settings = settings_text(trial.config, self.knobs)
+        settings = settings_text(trial.config, self.knobs, self.ran(trial))
         values = [_fmt(result.get(self.metric)), *(_fmt(result.get(e)) for e in self.extra)]
         shown_round = f"{round_}/{self.rounds}" if round_ is not None else "-"
         if status == Trial.ERROR:
@@ -91,6 +94,16 @@ class TrialLines(ProgressReporter):
         if status == Trial.RUNNING:
             return self._row([trial.trial_id, phase, "running", shown_round, *values], settings)
         return None
+
+    def ran(self, trial: Trial) -> dict[str, Any]:
+        """What the trial's server resolved so far (its preflight, then the server), read
+        from its folder in the experiment's (Ray's trial folder lies within it)."""
+        if self._experiment is None:
+            path = getattr(getattr(trial, "storage", None), "trial_fs_path", None)
+            self._experiment = experiment_of(Path(path)) if isinstance(path, str) else None
+        if self._experiment is None:
+            return {}
+        return trial_ran(self._experiment, trial.trial_id, trial.config)
 
     def report(self, trials: list[Trial], done: bool, *sys_info: Any) -> None:
         for trial in trials:

@@ -1,0 +1,88 @@
+"""What the search proposed and never launched (rejected.jsonl, written by the searchers'
+filter): proposals answered by an earlier trial (the same configuration, or a resolved twin:
+another configuration the server resolves alike), refused by SGLang's own checks (its text
+kept), invalid under the space's rules, or ruled out by the failure memory."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from search_spaces.knobs import without_weights
+from tuner.output.files import JOURNAL, REJECTED, read_journal
+
+
+@dataclass
+class NotLaunched:
+    repeats: int = 0  # the configuration of an earlier trial, proposed again
+    twins: int = 0  # another configuration that resolves as an earlier trial's
+    refused: Counter[str] = field(default_factory=Counter)  # SGLang's text -> proposals
+    invalid: int = 0  # the space's own rules
+    ruled_out: int = 0  # the failure memory
+
+    @property
+    def total(self) -> int:
+        return self.repeats + self.twins + sum(self.refused.values()) + self.invalid + \
+            self.ruled_out
+
+    def line(self) -> str | None:
+        """The run's one line about them (None: every proposal was launched)."""
+        if not self.total:
+            return None
+        parts = [f"{self.twins} answered by a resolved twin (a trial the server runs alike)"
+                 if self.twins else "",
+                 f"{self.repeats} answered by the same configuration's trial"
+                 if self.repeats else "",
+                 f"{sum(self.refused.values())} refused by SGLang's checks"
+                 if self.refused else "",
+                 f"{self.invalid} invalid under the space's rules" if self.invalid else "",
+                 f"{self.ruled_out} ruled out by the failure memory" if self.ruled_out else ""]
+        return (f"proposals not launched: {self.total} ("
+                + ", ".join(p for p in parts if p) + f"; {REJECTED})")
+
+
+def _launched(out_dir: Path) -> dict[str, dict[str, Any]]:
+    configs: dict[str, dict[str, Any]] = {}
+    for event in read_journal(out_dir / JOURNAL):
+        if event.get("event") == "start" and event.get("trial_id") is not None:
+            configs.setdefault(str(event["trial_id"]), without_weights(event.get("config") or {}))
+    return configs
+
+
+def read(out_dir: Path) -> NotLaunched:
+    out = NotLaunched()
+    launched: dict[str, dict[str, Any]] | None = None
+    for entry in read_journal(out_dir / REJECTED):
+        if "repeat_of" in entry:
+            launched = _launched(out_dir) if launched is None else launched
+            first = launched.get(str(entry["repeat_of"]))
+            config: Mapping[str, Any] = without_weights(entry.get("config") or {})
+            if first is not None and first == config:
+                out.repeats += 1
+            else:
+                out.twins += 1
+            continue
+        reasons = [str(r) for r in entry.get("invalid") or []]
+        sglang = [r for r in reasons if "SGLang" in r]
+        if sglang:
+            out.refused[" ".join(sglang[0].split())] += 1
+        elif reasons:
+            out.invalid += 1
+        elif entry.get("ruled_out"):
+            out.ruled_out += 1
+    return out
+
+
+def lines(out_dir: Path) -> list[str]:
+    """The end-of-search line (none when every proposal was launched)."""
+    text = read(out_dir).line()
+    return [text] if text else []
+
+
+def refusals(out_dir: Path, top: int = 3) -> list[str]:
+    """SGLang's own words on the proposals it refused, most frequent first."""
+    return [f"refused by SGLang's checks ({n}x, never launched): {text[:300]}"
+            for text, n in read(out_dir).refused.most_common(top)]
