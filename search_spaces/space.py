@@ -90,6 +90,7 @@ class SearchSpace:
     source: str = ""
     open_knobs: Mapping[str, Knob] = field(default_factory=dict)  # declared by the space
     allowed: tuple[Allowed, ...] = ()  # combinations a workload restricts the space to
+    base: Mapping[str, Value] = field(default_factory=dict)  # the user's own settings
 
     # ------------------------------------------------------------ knobs
     def knob(self, name: str) -> Knob:
@@ -105,10 +106,29 @@ class SearchSpace:
 
     # ------------------------------------------------------------ points
     def baseline(self) -> dict[str, Value]:
-        """No overrides: every searched knob unset, pins applied."""
-        point: dict[str, Value] = {name: self.knob(name).unset for name in self.domains}
+        """The user's settings: every searched knob as the user runs it (``base``; unset where
+        the user sets nothing), pins applied."""
+        point: dict[str, Value] = {name: self.base.get(name, self.knob(name).unset)
+                                   for name in self.domains}
         point.update(self.pins)
         return point
+
+    def with_baseline(self, values: Mapping[str, Value]) -> SearchSpace:
+        """The baseline set to the user's own values of searched knobs: each comes first in
+        its knob's domain (added if the space lacks it), and the unset value, SGLang's or
+        NCCL's own default, stays in the domain as one more point to try. Values of knobs
+        outside the space are ignored (they are not the search's to change)."""
+        base = {}
+        domains = dict(self.domains)
+        for name, value in values.items():
+            if name not in domains:
+                continue
+            reason = self.knob(name).validate(value)
+            if reason:
+                raise SpaceError(f"your setting of {name}: {reason}")
+            base[name] = value
+            domains[name] = (value, *(v for v in domains[name] if v != value))
+        return replace(self, domains=domains, base={**self.base, **base})
 
     def complete(self, config: Mapping[str, Value]) -> dict[str, Value]:
         """A full configuration: the baseline updated with ``config``."""

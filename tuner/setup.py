@@ -46,6 +46,10 @@ class Setup:
         out = [f"not modelled by the {kind} workload, left at default: "
                f"{', '.join(self.dropped)}"] if self.dropped else []
         out += [f"not modelled by the {kind} workload, left out: {n}" for n in self.unmodelled]
+        if self.space.base:
+            given = ", ".join(f"{n}={v}" for n, v in self.space.base.items())
+            out.append(f"baseline: your own settings ({given}); each trial's values override "
+                       "them, and the unset values (the defaults) are tried too")
         return out + self.left_out
 
     @property
@@ -105,6 +109,7 @@ def prepare(spec: ExperimentSpec) -> Setup:
     supported = {n for n in [*space.domains, *space.pins] if workload.supports(space.knob(n))}
     space, dropped = space.restricted_to(frozenset(supported))
     space, unmodelled = _drop_unmodelled(space, workload)
+    space = space.with_baseline(spec.baseline)
     space, unranked = workload.rankable(space)
     unmodelled += unranked
     if not space.domains:

@@ -75,6 +75,9 @@ class ExperimentSpec(BaseModel):
     out_dir: Path
     space: str = DEFAULT_PRESET
     pins: dict[str, Value] = {}
+    # The user's own values of searched knobs (their --server-arg flags, their environment):
+    # the baseline (SearchSpace.with_baseline); each trial's values override them.
+    baseline: dict[str, Value] = {}
     workload: AnyWorkloadArgs = Field(default_factory=default_args)  # type: ignore[assignment]
     search: Literal["auto", "random", "grid", "optuna", "staged"] = "auto"
     stage_search: Literal["random", "grid", "optuna"] = "random"

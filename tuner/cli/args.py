@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from launchers.registry import args_model, kind_for, kinds
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, load, preset_names
+from tuner.cli.baseline import user_baseline
 from tuner.spec import ExperimentSpec
 from tuner.stats import finite
 
@@ -251,9 +252,15 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         raise CliError(f"--confirm {args.confirm}: the confirm stage compares launch means from "
                        "3 launches each on; use 3 or more (or 0 to skip the stage)")
     address = args.address or os.environ.get("RAY_ADDRESS") or None
+    pins = parse_pins(args.pin, loaded)
+    try:  # the user's own settings of searched knobs: the baseline
+        baseline, workload = user_baseline(workload_args(args, base), loaded.with_pins(pins),
+                                           parse_value)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     data: dict[str, Any] = {
-        "name": name, "out_dir": out, "space": space, "pins": parse_pins(args.pin, loaded),
-        "workload": workload_args(args, base), "search": args.search,
+        "name": name, "out_dir": out, "space": space, "pins": pins, "baseline": baseline,
+        "workload": workload, "search": args.search,
         "stage_search": args.stage_search, "samples": args.samples, "rounds": args.rounds,
         "scheduler": args.scheduler, "metric": args.metric, "mode": args.mode, "seed": args.seed,
         "failure_aware": not args.no_failure_aware, "gpus_per_trial": args.gpus_per_trial,
