@@ -264,7 +264,8 @@ TOYS: dict[str, tuple[ToyServer, str]] = {
 }
 COST_MODEL = ("bench", "bench+tree", "verify-campaign")
 MACHINES = ("founding", "needle", "failures")  # benchmarks/machines.py
-NAMES = (*COST_MODEL, *TOYS, *MACHINES)
+LEVERS = ("three-levers", "mis-rated")  # benchmarks/landscapes_levers.py
+NAMES = (*COST_MODEL, *TOYS, *MACHINES, *LEVERS)
 
 
 def builtin_landscape(name: str) -> Landscape:
@@ -272,6 +273,9 @@ def builtin_landscape(name: str) -> Landscape:
     tables: landscape_table.load_landscape)."""
     if name in COST_MODEL:
         return _cost_model(name)
+    if name in LEVERS:
+        from benchmarks.landscapes_levers import lever_landscape
+        return lever_landscape(name)
     if name in TOYS:
         server, about = TOYS[name]
         space = from_mapping({**WIDE_SPACE, "name": name}, "benchmarks/landscapes.py")

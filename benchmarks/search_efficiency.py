@@ -24,11 +24,15 @@ measurement does not). Per strategy and budget, over ``--seeds`` runs:
   the filter gave up (50 rejected or already-measured suggestions in a row, then 2,000
   random draws), the settings the failure memory ruled out (union over seeds), and those of
   them that are innocent (some valid point with them runs): marked "INNOCENT".
-The last lines check the default (``auto``): within 2% in at least 19 of 20 runs at budget
-40, median trials no more than Optuna's with failure memory, no innocent setting ruled out,
-a setting that always fails launched at most twice in a run.
+Each landscape is run at the budget the default sizes for its space (``sized``:
+tuner/search/budget.py, what ``servetune run`` without ``--samples`` gets) and at each of
+``--budgets``. The last lines check the default (``auto``) from the runs that were made:
+within 2% in at least 19 of 20 runs at its own sized budget and never in fewer runs than
+random search with the failure memory there, median trials no more than Optuna's with
+failure memory, no innocent setting ruled out, a setting that always fails launched at most
+twice in a run; a goal whose runs were not made says so.
 
-    python -m benchmarks.search_efficiency [--seeds 20] [--budgets 12 40 120]
+    python -m benchmarks.search_efficiency [--seeds 20] [--budgets sized 12 40 120]
         [--landscapes bench founding table:PATH ...] [--strategies auto optuna+fa ...]
 
 Default landscapes: every named one, and ``table:`` for each CSV in benchmarks/results/landscapes.
@@ -45,7 +49,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +60,9 @@ from benchmarks.landscapes import NAMES, Landscape, fraction_of_optimum
 TABLES = ROOT / "benchmarks" / "results" / "landscapes"
 DEFAULT = "auto"
 REFERENCE = "optuna+fa"  # what the default must not be slower than
-GOAL_RUNS = 0.95  # 19 of 20 runs within 2% ...
-GOAL_BUDGET = 40  # ... at this budget
+FLOOR = "random+fa"  # what the default must never get within 2% in fewer runs than
+GOAL_RUNS = 0.95  # 19 of 20 runs within 2% at the default's own sized budget
+SIZED = "sized"  # in --budgets: the budget the default sizes for the landscape's space
 
 # name -> (search, failure_aware)
 STRATEGIES: dict[str, tuple[str, bool]] = {
@@ -235,18 +240,35 @@ def default_landscapes() -> list[str]:
 
 @dataclass
 class Check:
-    """The default's goals, over every landscape and budget run."""
+    """The default's goals, from the runs made over every landscape and budget."""
 
     misses: list[str]  # landscapes where the default got within 2% in too few runs
     slower: list[str]  # landscapes where its median trials exceed the reference's
     innocent: int = 0  # innocent settings ruled out, over all of the default's runs
     failing: int = 0  # the most launches of an always-failing setting in one default run
+    judged: list[str] = field(default_factory=list)  # landscapes run at their sized budget
+    unjudged: list[str] = field(default_factory=list)  # ... not run there (no goal line)
+    below: list[str] = field(default_factory=list)  # fewer runs within 2% than FLOOR's
+    floors: int = 0  # landscapes where FLOOR ran beside the default at the sized budget
 
-    def lines(self, budgets: Sequence[int], seeds: int) -> list[str]:
+    def lines(self, budgets: Sequence[int | str], seeds: int) -> list[str]:
         goal = math.ceil(GOAL_RUNS * seeds)
-        out = [f"default ({DEFAULT}) within 2% in >= {goal}/{seeds} runs at budget "
-               f"{GOAL_BUDGET} on every landscape: "
-               + ("yes" if not self.misses else "NO: " + "; ".join(self.misses))]
+        if self.judged:
+            head = (f"default ({DEFAULT}) within 2% in >= {goal}/{seeds} runs at its own "
+                    f"sized budget on {len(self.judged)} landscape(s): ")
+            out = [head + ("yes" if not self.misses else "NO: " + "; ".join(self.misses))]
+        else:
+            out = [f"default ({DEFAULT}) at its own sized budget: not judged (no run at "
+                   f"'{SIZED}'; --budgets {SIZED} makes them)"]
+        if self.unjudged:
+            out.append(f"  not run at their sized budget: {', '.join(self.unjudged)}")
+        if self.floors:
+            out.append(f"default never within 2% in fewer runs than {FLOOR} at the sized "
+                       f"budget ({self.floors} landscape(s)): "
+                       + ("yes" if not self.below else "NO: " + "; ".join(self.below)))
+        else:
+            out.append(f"default vs {FLOOR} at the sized budget: not judged ({FLOOR} not run "
+                       f"there)")
         out.append(f"default's median trials to within 2% <= {REFERENCE}'s at budgets "
                    f"{', '.join(map(str, budgets))}: "
                    + ("yes" if not self.slower else "NO: " + "; ".join(self.slower)))
@@ -254,30 +276,56 @@ class Check:
                    f"launches of an always-failing setting in one run: {self.failing}")
         return out
 
-    def add(self, name: str, budget: int, runs: dict[str, list[Run]]) -> None:
-        """One landscape's runs at one budget."""
+    def add(self, name: str, budget: int, runs: dict[str, list[Run]], sized: bool) -> None:
+        """One landscape's runs at one budget (``sized``: the default's own for the space)."""
         ours = runs.get(DEFAULT)
         if ours is None:
             return
         self.innocent += sum(len(r.innocent) for r in ours)
         self.failing = max(self.failing, max(r.failing_launches for r in ours))
         got = sum(r.first is not None for r in ours)
-        if budget == GOAL_BUDGET and got < math.ceil(GOAL_RUNS * len(ours)):
-            self.misses.append(f"{name} {got}/{len(ours)}")
-        theirs = runs.get(REFERENCE)
-        if theirs is not None:
+        if sized:
+            self.judged.append(name)
+            if got < math.ceil(GOAL_RUNS * len(ours)):
+                self.misses.append(f"{name} {got}/{len(ours)} at {budget}")
+            floor = runs.get(FLOOR)
+            if floor is not None:
+                self.floors += 1
+                theirs = sum(r.first is not None for r in floor)
+                if got < theirs:
+                    self.below.append(f"{name} {got} vs {theirs} of {len(ours)} at {budget}")
+        theirs_runs = runs.get(REFERENCE)
+        if theirs_runs is not None:
             a = nearest_rank([r.first for r in ours], budget, 0.5)
-            b = nearest_rank([r.first for r in theirs], budget, 0.5)
+            b = nearest_rank([r.first for r in theirs_runs], budget, 0.5)
             if a > b:
                 self.slower.append(f"{name} at {budget}: {_show(a, budget)} vs "
                                    f"{_show(b, budget)}")
+
+    def finish(self, names: Sequence[str]) -> None:
+        """Landscapes the default ran on but never at its sized budget."""
+        self.unjudged = [n for n in names if n not in self.judged]
+
+
+def budgets_for(landscape: Landscape, wanted: Sequence[str]) -> list[tuple[int, bool]]:
+    """The budgets to run a landscape at, in order, once each: ``sized`` -> the default's
+    sized budget for its space; (budget, whether it is the sized one)."""
+    from tuner.search.budget import sized_budget
+
+    sized = sized_budget(landscape.space).trials
+    out: dict[int, bool] = {}
+    for text in wanted:
+        budget = sized if text == SIZED else int(text)
+        out[budget] = out.get(budget, False) or text == SIZED or budget == sized
+    return list(out.items())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--budgets", "--budget", type=int, nargs="+", default=[12, 40, 120],
-                        help="trials per run at most; one block of runs per budget")
+    parser.add_argument("--budgets", "--budget", nargs="+", default=[SIZED, "12", "40", "120"],
+                        help=f"trials per run at most, or '{SIZED}' (the default's sized budget "
+                             f"for each landscape's space); one block of runs per budget")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--noise", type=float, default=0.02)
     parser.add_argument("--landscapes", "--spaces", nargs="+", default=None,
@@ -299,14 +347,18 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(tempfile.mkdtemp(prefix="st-search-"))
     started = time.monotonic()
     verdict = Check([], [])
+    ran: list[str] = []
     try:
         for name in args.landscapes or default_landscapes():
             landscape = load_landscape(name)
+            ran.append(landscape.name)
             began = time.monotonic()
             print()
             print("\n".join(header(landscape)))
             print(COLUMNS)
-            for budget in args.budgets:
+            for budget, sized in budgets_for(landscape, args.budgets):
+                if sized:
+                    print(f"  {budget:>6} is the budget the default sizes for this space")
                 runs: dict[str, list[Run]] = {}
                 for strategy in args.strategies:
                     runs[strategy] = [run_search(landscape, strategy, seed, budget,
@@ -314,12 +366,13 @@ def main(argv: list[str] | None = None) -> int:
                                       for seed in range(args.seeds)]
                     print(row(strategy, runs[strategy], budget, bool(landscape.culprits)),
                           flush=True)
-                verdict.add(landscape.name, budget, runs)
+                verdict.add(landscape.name, budget, runs, sized)
             print(f"  ({time.monotonic() - began:.0f} s)")
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     print()
     print(f"wall time: {time.monotonic() - started:.0f} s")
+    verdict.finish(ran)
     if DEFAULT in args.strategies:
         for line in verdict.lines(args.budgets, args.seeds):
             print(line)

@@ -23,12 +23,13 @@ RAY_MODULES = frozenset({
     "tuner.run.screen", "tuner.run.trackers", "tuner.run.environment", "tuner.search.base",
     "tuner.search.space_searcher", "tuner.search.filtering", "tuner.search.staged",
     "tuner.search.fixed", "tuner.search.build", "tuner.run.nodes", "tuner.search.auto",
+    "tuner.search.adaptive",
 })
 # Modules that must work without Ray: reading results, deciding, reporting, one trial.
 RAY_FREE = ("tuner.output.report", "tuner.output.results", "tuner.output.exports",
             "tuner.output.plots", "tuner.output.profile_report", "tuner.decide.confirm",
             "tuner.run.trial", "tuner.run.lifecycle", "tuner.run.profile",
-            "tuner.search.memory", "tuner.search.pairs", "tuner.search.levers",
+            "tuner.search.memory", "tuner.search.model", "tuner.search.levers",
             "tuner.search.budget", "tuner.cli", "tuner.setup", "launchers.registry",
             "tuner.decide.environment", "tuner.output.broken", "tuner.run.lock",
             "tuner.run.multinode")

@@ -4,18 +4,22 @@ would, then lets a model search the rest.
 1. The baseline (nothing set).
 2. Sweeps: each knob in order of expected effect around the best point so far (the
    catalogue's ``knobs.effect``: which allreduce runs before NCCL's protocol, the protocol
-   before channel counts, NCCL's knobs last where another backend carries the allreduces),
-   each of its values one at a time on top of that point (a numeric range from its ends
-   inwards). A value that beats the best by more than its knob was expected to move anything
-   is built on at once, the rest of its knob's values wait for the end of the pass. Where
-   values tie within the noise, the point with more knobs set is built on, so that each probe
-   also tries the other settings together. After a pass, every knob swept before another one
-   moved the best point (beyond the noise) is swept again, the narrowest winner first, until
-   nothing moves: coordinate descent. On a landscape whose knobs do not interact this ends at
-   the optimum.
-3. The model (``pairs.PairModel``: a term per setting and per pair of settings, fitted to
-   everything measured) for the rest of the budget: it finds what one knob at a time cannot,
-   two settings that pay off only together.
+   before channel counts, NCCL's knobs last where another backend carries the allreduces;
+   an unrated knob counts as a middle one, ties go in the space's order), each of its values
+   one at a time on top of that point (a numeric range from its ends inwards). The first
+   pass sweeps every knob, so that no rating can keep one out (it fits in the sized budget:
+   budget.py). A value that beats the best by more than any knob left was expected to move
+   anything is built on at once, the rest of its knob's values wait for the end of the pass.
+   Where values tie within the noise, the point with more knobs set is built on, so that
+   each probe also tries the other settings together. After a pass, every knob swept before
+   another one moved the best point (beyond the noise) is swept again, until nothing moves:
+   coordinate descent. Once swept, a knob's measured effect (what its sweep spanned) takes
+   the catalogue's place in the order. On a landscape whose knobs do not interact this ends
+   at the optimum.
+3. The model (``model.TPEModel``: Optuna's multivariate TPE, seeded with every point
+   measured, failures as infeasible) for the rest of the budget: it finds what one knob at a
+   time cannot, settings that pay off only together; its points are first sought within
+   NEAR knobs of the best point.
 
 A value that fails in a sweep beside other settings is tried once more alone on the
 baseline: failing there, the failure memory rules it out; running there, it failed only
@@ -38,11 +42,12 @@ from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.base import OwnSpaceSearcher
 from tuner.search.keys import Config, config_key
-from tuner.search.levers import lever_order, probe, value_order
+from tuner.search.levers import lever_order, probe, spanned, value_order
 from tuner.search.memory import FailureMemory
-from tuner.search.pairs import PairModel
+from tuner.search.model import TPEModel
 
 BASELINE, SWEEP, MODEL = "baseline", "sweep", "model"
+NEAR = 2  # the model's point is first sought within this many knobs of the best point
 MOVE = 0.01  # the smallest gain (log units) that counts as the best point moving
 
 
@@ -55,7 +60,7 @@ class Model(Protocol):
 
 
 def default_model(space: SearchSpace, mode: str, seed: int) -> Model:
-    return PairModel(space, mode, seed)
+    return TPEModel(space, mode, seed)
 
 
 class AutoSearcher(OwnSpaceSearcher):
@@ -136,14 +141,15 @@ class AutoSearcher(OwnSpaceSearcher):
             stale = [lever for lever in self.order
                      if any(other != lever and index >= self.ended.get(lever, 0)
                             for index, other in self.moves)]
-            self.plan = sorted(stale, key=self._margin)
+            ranked = lever_order(self.space, self.best(), self.effects())
+            self.plan = sorted(stale, key=ranked.index)
             self.again = bool(self.plan)
         if not self.plan:
             return False
         if self.again:
             self.lever = self.plan.pop(0)
         else:
-            ranked = lever_order(self.space, self.best())
+            ranked = lever_order(self.space, self.best(), self.effects())
             self.lever = min(self.plan, key=ranked.index)
             self.plan.remove(self.lever)
         self.value_index = 0
@@ -151,19 +157,28 @@ class AutoSearcher(OwnSpaceSearcher):
         self.tried[self.lever] = [] if best is None else [best]
         return True
 
-    def _margin(self, lever: str) -> float:
-        """By how much (log units) the lever's best value won its last sweep: a narrow win
-        is the first to check again."""
-        tried = sorted((self._sign * math.log(v) for v in self.tried.get(lever, []) if v > 0),
-                       reverse=True)
-        return tried[0] - tried[1] if len(tried) > 1 else 0.0
+    def effects(self) -> dict[str, float]:
+        """Each swept lever's measured effect (what its last sweep spanned, as a factor): it
+        takes the catalogue's place in the order of the sweeps that follow."""
+        return {lever: span for lever, values in self.tried.items()
+                if (span := spanned(values)) is not None}
 
     def _new(self, point: Config) -> bool:
         return config_key(point) not in self.launched and not (
             self.memory is not None and self.memory.ruled_out(point))
 
     def _from_model(self, trial_id: str) -> Config | None:
-        point = self._model().propose(lambda p: self._new(p) and not self.space.validate(p))
+        """The model's next point: of its draws, one that changes at most NEAR knobs of the
+        best point (what pays off from here: on ``interact`` TPE's draws from anywhere wasted
+        the budget on points far off), else any new one."""
+        model, best = self._model(), self.best()
+
+        def near(p: Config) -> bool:
+            return sum(p.get(n) != best.get(n) for n in self.space.domains) <= NEAR
+
+        point = model.propose(lambda p: near(p) and self._new(p) and not self.space.validate(p))
+        if point is None:
+            point = model.propose(lambda p: self._new(p) and not self.space.validate(p))
         if point is None:
             point = self._local_move()
         if point is None:
@@ -242,9 +257,10 @@ class AutoSearcher(OwnSpaceSearcher):
 
     def _largest_left(self) -> float:
         """The most (log units) a lever still to sweep in this pass is expected to gain."""
-        best = self.best()
-        return max((math.log(knobs.effect(n, best)) for n in [*self.plan, self.lever] if n),
-                   default=0.0)
+        best, measured = self.best(), self.effects()
+        measured.pop(self.lever or "", None)  # the sweep under way is measuring it again
+        return max((math.log(measured.get(n, knobs.effect(n, best)))
+                    for n in [*self.plan, self.lever] if n), default=0.0)
 
     def _noise(self) -> float:
         """A gain that is more than noise: twice the typical standard error of a trial's

@@ -1,5 +1,6 @@
 """Reading a space by machine: its levers in order of expected effect (the catalogue's
-``knobs.effect``) and the one-at-a-time probes of a lever around a point. No Ray here."""
+``knobs.effect`` until a sweep measures it) and the one-at-a-time probes of a lever around a
+point. No Ray here."""
 
 from __future__ import annotations
 
@@ -11,12 +12,23 @@ from search_spaces.space import SearchSpace
 from tuner.search.keys import Config
 
 
-def lever_order(space: SearchSpace, around: Mapping[str, Value] | None = None) -> list[str]:
-    """The space's knobs, largest expected effect (around ``around``) first; of two alike,
-    the one with more values (the best of more tries is expected to differ more), then the
-    space's order."""
-    return sorted(space.domains, key=lambda name: (-knobs.effect(name, around),
-                                                   -len(space.domains[name])))
+def lever_order(space: SearchSpace, around: Mapping[str, Value] | None = None,
+                measured: Mapping[str, float] | None = None) -> list[str]:
+    """The space's knobs, largest expected effect (around ``around``) first: a knob's measured
+    effect where ``measured`` has it (what its last sweep spanned), else the catalogue's
+    (an unrated knob counts as a middle one); of two alike, the space's order (the number of
+    values says nothing about the effect)."""
+    measured = measured or {}
+    position = {name: i for i, name in enumerate(space.domains)}
+    return sorted(space.domains, key=lambda name: (
+        -measured.get(name, knobs.effect(name, around)), position[name]))
+
+
+def spanned(values: list[float]) -> float | None:
+    """What a sweep measured a knob to move the metric by, as a factor (best / worst of the
+    values it ran); None before two values ran."""
+    ran = [v for v in values if v > 0]
+    return max(ran) / min(ran) if len(ran) > 1 else None
 
 
 def value_order(values: tuple[Value, ...]) -> list[Value]:
