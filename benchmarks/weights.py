@@ -48,7 +48,7 @@ class Settings:
     load_s: float = 60.0
     draft_load_s: float = 6.0
     dummy_load_s: float = 5.0
-    confirm: int = 2
+    confirm: int = 3  # launches each at most: the confirm stage looks from 3 on
     time_scale: float = 0.05  # real seconds per model second while serving
     speculative_stage: bool = False  # search the speculative shape too (on real weights)
 

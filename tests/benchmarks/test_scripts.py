@@ -135,7 +135,7 @@ def test_tuner_plugin_check(tmp_path: Path) -> None:
 
 
 def test_weights() -> None:
-    lines = run_script("weights", "--samples", "4", "--scale", "0.01", "--confirm", "2",
+    lines = run_script("weights", "--samples", "4", "--scale", "0.01", "--confirm", "3",
                        timeout=400)
     assert re.fullmatch(rf"random weights: -?\d+% less campaign wall time than real weights "
                         rf"everywhere \({NUMBER} s vs {NUMBER} s; servetune {NUMBER} s vs "

@@ -54,7 +54,8 @@ def test_run_confirms_the_top_configs_against_the_baseline(confirmed_run: Run) -
         assert (exp.out / tid / "server.log").is_file()
     decision = data["decision"]
     assert decision["kind"] == "confirmed", decision
-    assert "beats the default beyond noise" in decision["text"]
+    assert "beats the baseline beyond launch-to-launch noise" in decision["text"]
+    assert data["stopped"] == "every candidate decided" and data["launch_spread"] is not None
     winner = next(e for e in data["entries"] if e["label"] == decision["label"])
     base = data["entries"][0]
     assert winner["objective"]["low"] > base["objective"]["high"]
@@ -72,7 +73,7 @@ def test_speculative_decoding_is_checked_without_it(confirmed_run: Run) -> None:
     data = _confirm(exp.out)
     verdict = data["speculative"]
     refs = [e for e in _starts(exp) if e.get("variant") == "no_speculative"]
-    assert len(refs) == 1 and refs[0]["phase"] == "confirm"
+    assert len(refs) == 3 and {r["phase"] for r in refs} == {"confirm"}  # the cap: 3
     ref = refs[0]["trial_id"]
     assert verdict["reference_trial"] == ref and verdict["algorithm"] == "EAGLE3"
     plan = json.loads((exp.out / ref / "plan.json").read_text())
@@ -84,6 +85,7 @@ def test_speculative_decoding_is_checked_without_it(confirmed_run: Run) -> None:
             if k.startswith("NCCL_") and not k.startswith("NCCL_DEBUG")}
     assert {k: plan["env"].get(k) for k in nccl} == nccl  # the same communication settings
     assert verdict["pays_off"] is True and verdict["without"] < verdict["with"]
+    assert verdict["reference_trials"] == [r["trial_id"] for r in refs]
     assert verdict["text"].startswith("Speculative decoding pays off here")
 
 
@@ -92,8 +94,9 @@ def test_the_reference_has_no_verify_or_draft_time(confirmed_run: Run) -> None:
     verify ms and draft ms are missing in its results (never 0.0), so the table, the report and
     the verdict compare nothing against a made-up zero."""
     exp = confirmed_run.exp
-    [ref] = [e["trial_id"] for e in _starts(exp) if e.get("variant") == "no_speculative"]
-    rounds = [e for e in exp.journal() if e.get("event") == "result" and e["trial_id"] == ref]
+    refs = {e["trial_id"] for e in _starts(exp) if e.get("variant") == "no_speculative"}
+    ref = sorted(refs)[0]
+    rounds = [e for e in exp.journal() if e.get("event") == "result" and e["trial_id"] in refs]
     assert rounds and all(e["output_throughput"] > 0 for e in rounds)
     assert all(e.get("verify_ms") is None and e.get("draft_ms") is None for e in rounds), rounds
     row = exp.table().set_index("trial_id").loc[ref]
@@ -107,8 +110,8 @@ def test_the_reference_has_no_verify_or_draft_time(confirmed_run: Run) -> None:
 def test_results_and_progress_show_the_phase(confirmed_run: Run) -> None:
     exp, result = confirmed_run.exp, confirmed_run.result
     table = exp.table()
-    assert Counter(table["phase"]) == Counter({"search": 4, "confirm": 10})
-    assert list(table[table["variant"].notna()]["variant"]) == ["no_speculative"]
+    assert Counter(table["phase"]) == Counter({"search": 4, "confirm": 12})
+    assert list(table[table["variant"].notna()]["variant"]) == ["no_speculative"] * 3
     assert table[table["phase"] == "confirm"]["baseline"].sum() == 3
     out = result.stdout
     header = re.search(r"^trial +phase +status +round +output_throughput +verify_ms +settings$",
@@ -117,7 +120,7 @@ def test_results_and_progress_show_the_phase(confirmed_run: Run) -> None:
     assert re.search(r"^\w{8} +search +done +2/2 +[\d.]+ +[\d.]+ +", out, re.MULTILINE)
     assert re.search(r"^\w{8} +confirm top 1 1/3 +running +1/2 +[\d.]+ +[\d.]+ +\S+=", out,
                      re.MULTILINE), out[-3000:]
-    assert re.search(r"^\w{8} +confirm no speculative +done +2/2 +[\d.]+ +- ", out, re.MULTILINE)
+    assert re.search(r"^\w{8} +confirm no speculative \d/3 +done +2/2 +[\d.]+ +- ", out, re.MULTILINE)
     assert "decision: top " in out and "Speculative decoding pays off here" in out
     assert "TensorBoard: tensorboard --logdir" in out
 
@@ -138,7 +141,7 @@ def test_equal_configs_give_no_winner(tmp_path: Path) -> None:
         assert not left
     data = _confirm(exp.out)
     assert data["decision"]["kind"] == "default", data["decision"]
-    assert "No configuration beat the default beyond noise" in result.stdout
+    assert "No configuration beat the baseline beyond launch-to-launch noise" in result.stdout
     assert data.get("speculative") is None  # speculative decoding was off: no reference
     best = json.loads((exp.out / "best.json").read_text())
     assert best["decision"] == "default" and best["trial_id"] == data["entries"][0]["source_trial"]
@@ -173,7 +176,7 @@ def test_confirm_launches_never_overlap_on_a_machine_without_gpus(tmp_path: Path
     with ray_tmpdir() as ray_tmp:
         exp = Experiment.create(tmp_path, ray_tmp)
         args = exp.args("--space", "nccl-pcie", "--samples", "3", "--rounds", "1",
-                        "--confirm", "2", "--confirm-top", "1", "--scheduler", "fifo",
+                        "--confirm", "3", "--confirm-top", "1", "--scheduler", "fifo",
                         "--no-dashboard", "--num-cpus", "4")
         args[args.index("--num-gpus"):args.index("--num-gpus") + 2] = []
         try:
@@ -191,7 +194,7 @@ def test_confirm_launches_never_overlap_on_a_machine_without_gpus(tmp_path: Path
             phase[e["trial_id"]] = e.get("phase", "search")
         elif e.get("event") == "end":
             spans[e["trial_id"]][1] = e["time"]
-    assert Counter(phase.values()) == Counter({"search": 3, "confirm": 4}), phase
+    assert Counter(phase.values()) == Counter({"search": 3, "confirm": 6}), phase
     ordered = sorted((start, end, tid) for tid, (start, end) in spans.items())
     for (_, end, a), (start, _, b) in itertools.pairwise(ordered):
         assert end <= start, f"{phase[a]} {a} ran until {end:.3f}, {phase[b]} {b} began at " \

@@ -83,7 +83,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     yield from _run(tmp_path_factory.mktemp("limited"), "limited", ALGO_AND_DRAFTS,
-                    "--samples", "4", "--limit", LIMIT, "--confirm", "2", "--confirm-top", "2")
+                    "--samples", "4", "--limit", LIMIT, "--confirm", "3", "--confirm-top", "2")
 
 
 def _search(exp: Experiment) -> pd.DataFrame:

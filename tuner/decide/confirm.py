@@ -27,6 +27,7 @@ from search_spaces.knobs import SPECULATIVE_KNOBS, Value
 from tuner.decide.decision import Decision
 from tuner.decide.sequential import MIN_LAUNCHES, Comparison, Plan, compare
 from tuner.output.results import best_row, feasible, search_rows
+from tuner.setup import Setup, prepare
 from tuner.spec import Objective
 from tuner.stats import Interval, finite, interval
 
@@ -317,3 +318,19 @@ def search_score(df: pd.DataFrame, trial_id: str | None) -> float | None:
 def entry_interval(entry: Mapping[str, Any], key: str = "objective") -> Interval:
     """A confirm entry's interval (``objective`` or ``verify_ms``) from confirm.json."""
     return Interval(**entry[key])
+
+
+def served(setup: Setup, confirm_data: Mapping[str, Any]) -> tuple[Setup, dict[str, Any]]:
+    """The setup and decision the exports serve: where speculative decoding lost beyond noise,
+    the decided settings with it off (the reference's args and config), said in the decision."""
+    decision = dict(confirm_data.get("decision") or {})
+    verdict = confirm_data.get("speculative") or {}
+    args = setup.spec.workload.without_speculative()
+    if verdict.get("pays_off") is not False or args is None or decision.get("config") is None:
+        return setup, decision
+    decision["config"] = without_speculative_knobs(decision["config"])
+    decision["label"] = f"{decision.get('label')} without speculative decoding"
+    decision["text"] = (f"{decision.get('text', '')}. Speculative decoding does NOT pay off "
+                        "here, beyond launch-to-launch noise: serve without it")
+    decision["speculative"] = False
+    return prepare(setup.spec.model_copy(update={"workload": args})), decision

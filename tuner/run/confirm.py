@@ -228,3 +228,4 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
     verdict["algorithm"] = spec.workload.speculative_label()
     verdict["config"] = config
     return verdict
+

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.decide.confirm import search_decision
+from tuner.decide.confirm import search_decision, served
 from tuner.decide.decision import Decision
 from tuner.output import broken, confirm_text, exports, proposals, report
 from tuner.output.files import BEST_DIR, JOURNAL, RESULTS_CSV, RULED_OUT_JSON, read_journal, write_json
@@ -107,8 +107,12 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
         why = "the run was interrupted before the confirm stage" if interrupted \
             else "no confirm stage ran"
         confirm_data = decision_data(setup, df, why)
-    decision = Decision.from_json(confirm_data.get("decision")) or Decision("none", "")
-    best = exports.export(setup, decision.to_json(), df, confirm_data) if decision.config \
+    serving, decided = served(setup, confirm_data)  # speculative off where it lost
+    if decided != confirm_data.get("decision"):  # the report and confirm.json follow it
+        confirm_data = {**confirm_data, "decision": decided}
+        confirm_text.write(out, confirm_data)
+    decision = Decision.from_json(decided) or Decision("none", "")
+    best = exports.export(serving, decision.to_json(), df, confirm_data) if decision.config \
         else None
     if confirm_data.get("entries") or confirm_data.get("speculative"):
         lines += ["", *confirm_text.lines(confirm_data)]

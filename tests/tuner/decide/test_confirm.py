@@ -168,3 +168,24 @@ def test_unconfirmed_top_that_lost_to_the_baseline_keeps_the_default() -> None:
     decision = unconfirmed(df, cands, 0, "max")
     assert decision.kind == "default"
     assert unconfirmed(df, cands, 0, "min").kind == "unconfirmed"
+
+
+def test_where_speculative_decoding_loses_the_decision_serves_without_it(tmp_path: Path) -> None:
+    from tuner.decide.confirm import served
+    from tuner.setup import prepare
+    from tuner.spec import ExperimentSpec
+
+    args = SGLangArgs(model="m", speculative_algorithm="EAGLE3", draft_model="d",
+                      server_args=["--speculative-num-steps", "3"])
+    setup = prepare(ExperimentSpec(name="x", out_dir=tmp_path, space="nccl-pcie", workload=args))
+    decision = {"kind": "confirmed", "label": "top 1", "text": "top 1 beats the baseline",
+                "config": {"NCCL_ALGO": "Tree", "--speculative-num-steps": 3}}
+    lost = {"decision": decision, "speculative": {"pays_off": False}}
+    serving, decided = served(setup, lost)
+    assert serving.spec.workload.speculative_algorithm is None  # type: ignore[union-attr]
+    assert decided["config"] == {"NCCL_ALGO": "Tree", "--speculative-num-steps": None}
+    assert decided["label"] == "top 1 without speculative decoding"
+    assert "serve without it" in decided["text"] and decided["speculative"] is False
+    for pays_off in (True, None):
+        kept = served(setup, {"decision": decision, "speculative": {"pays_off": pays_off}})
+        assert kept == (setup, decision)
