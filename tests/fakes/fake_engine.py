@@ -165,7 +165,7 @@ class Engine(threading.Thread):
         now = time.monotonic()
         if self.due is None or now - self.due > CATCH_UP_S:
             self.due = now
-        self.due += model_ms * self.server.args.fake_time_scale / 1000.0
+        self.due += model_ms * self.server.launch_factor * self.server.args.fake_time_scale / 1000.0
         if self.due > now:
             time.sleep(self.due - now)
 

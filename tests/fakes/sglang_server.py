@@ -21,11 +21,14 @@ included, as SGLang's), and measured tok/s is model tok/s / time scale.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import random
 import signal
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -76,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="real seconds per model second")
     g.add_argument("--fake-noise", type=float, default=0.02, help="multiplicative noise (sd)")
     g.add_argument("--fake-seed", type=int, help="noise seed (default: --random-seed or 0)")
+    g.add_argument("--fake-launch-spread", type=float, default=0.0,
+                   help="launch-to-launch sd of the model time (log scale): each launch draws "
+                        "one factor, from the trial's SERVETUNE_TRIAL marker and the seed, as "
+                        "real servers differ from launch to launch far more than round to round")
     g.add_argument("--fake-verify-ms", type=float, help="override the model's verify ms")
     g.add_argument("--fake-draft-ms", type=float, help="override the model's draft ms")
     g.add_argument("--fake-accept-length", type=float,
@@ -115,12 +122,23 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------- the server
 
 
+def launch_factor(spread: float, seed: int) -> float:
+    """This launch's factor on model time: exp(N(0, spread)), drawn from the trial's marker
+    (a fresh launch, a fresh draw) and the seed."""
+    if spread <= 0:
+        return 1.0
+    marker = os.environ.get("SERVETUNE_TRIAL", "") or str(os.getpid())
+    rng = random.Random(zlib.crc32(f"{seed}/{marker}".encode()))
+    return math.exp(rng.gauss(0.0, spread))
+
+
 class FakeServer:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.tp = args.tp_size
         self.model_name = args.served_model_name or args.model_path
         self.seed = args.fake_seed if args.fake_seed is not None else (args.random_seed or 0)
+        self.launch_factor = launch_factor(args.fake_launch_spread, self.seed)
         self.flags = flag_values(args)
         self.spec = SpecParams(args.speculative_algorithm, args.speculative_num_steps,
                                args.speculative_eagle_topk, args.speculative_num_draft_tokens)

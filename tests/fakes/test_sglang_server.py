@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import statistics
 import sys
 import time
 import uuid
@@ -146,3 +148,17 @@ def test_v1_models_answers_before_ready(tmp_path: Path) -> None:
         assert requests.get(f"http://127.0.0.1:{port}/health_generate", timeout=1
                             ).status_code == 503
     reap_all(marker, grace=0.5, exact=True)
+
+
+def test_each_launch_draws_its_own_factor_on_model_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--fake-launch-spread: one factor per launch (from the trial's marker), none without it."""
+    from tests.fakes.sglang_server import launch_factor
+
+    assert launch_factor(0.0, 1) == 1.0
+    factors = []
+    for n in range(200):
+        monkeypatch.setenv("SERVETUNE_TRIAL", f"exp/t{n}")
+        factors.append(math.log(launch_factor(0.2, 7)))
+    assert launch_factor(0.2, 7) == math.exp(factors[-1])  # the same launch, the same factor
+    sd = statistics.stdev(factors)
+    assert 0.15 < sd < 0.25 and abs(statistics.fmean(factors)) < 0.05
