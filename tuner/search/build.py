@@ -20,7 +20,7 @@ from tuner.search.auto import AutoSearcher
 from tuner.search.budget import estimate, sized_budget
 from tuner.search.filtering import FilteringSearcher
 from tuner.search.fixed import FixedPoints
-from tuner.search.keys import Identity, Refusal
+from tuner.search.keys import Identity, Refusal, Resolved
 from tuner.search.memory import FailureMemory
 from tuner.search.space_searcher import SpaceSearcher
 from tuner.search.staged import StagedSearcher
@@ -115,7 +115,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
                  out_dir: Path | None, points: list[dict[str, Any]] | None = None,
                  study: Study | None = None, weights: WeightPlan | None = None,
                  identity: Identity | None = None, refusal: Refusal | None = None,
-                 workload: str | None = None) -> SearchStack:
+                 workload: str | None = None, resolved: Resolved | None = None) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
     stack writes what it rejects and each stage's winner (None: nowhere, for a preview);
     ``study``: where Optuna keeps its study (None: in memory); ``weights``: which weights
@@ -124,7 +124,8 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     (default: SGLang's known rules, keys.alike_key); ``refusal``: the workload's own checks
     on the driver, a configuration they refuse is never launched (grid launches it to
     record it); ``workload``: its kind, for the time
-    estimate printed with a budget sized from the space."""
+    estimate printed with a budget sized from the space; ``resolved``: what the workload
+    resolves a configuration to (the baseline's partners complete a refused suggestion)."""
     notes: list[str] = []
     weights = weights or WeightPlan()
     stage_pins = weights.stage_pins()
@@ -169,7 +170,8 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     if search == "grid":
         samples = min(samples, space.size)
     filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
-                                  on_reject=rejects, identity=identity, refusal=refusal)
+                                  on_reject=rejects, identity=identity, refusal=refusal,
+                                  resolved=resolved, budget=samples)
     limited = ConcurrencyLimiter(filtering, max_concurrent=max_concurrent)
     return SearchStack(limited, filtering, staged, samples, notes)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from search_spaces import knobs
 from search_spaces.knob import Group
+from search_spaces.knobs import Value
 
 # SGLang flags that set how GPU memory is shared out (KV pool, activations, graphs); a space
 # declares them as open knobs.
@@ -83,3 +84,23 @@ def relevant(kind: str, knob: str, names: Iterable[str]) -> tuple[str, ...]:
 def toward(kind: str, lever: str) -> str | None:
     levers = LEVERS.get(kind)
     return levers.toward.get(lever) if levers is not None else None
+
+
+def extreme(kind: str, lever: str, values: Iterable[Value]) -> Value | None:
+    """The end of a numeric lever the table points to for ``kind`` (None: no way given)."""
+    way = toward(kind, lever)
+    numbers = [(n, v) for v in values if (n := number(v)) is not None]
+    if way is None or not numbers:
+        return None
+    pick = min if way == LOW else max
+    return pick(numbers, key=lambda pair: pair[0])[1]
+
+
+def number(value: Value) -> float | None:
+    """A numeric value (an integer, or text such as a memory fraction's "0.8")."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None

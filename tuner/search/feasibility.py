@@ -22,7 +22,7 @@ from typing import Any
 
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
-from tuner.search.failure_levers import HIGH, LOW, toward
+from tuner.search.failure_levers import HIGH, LOW, number, toward
 from tuner.search.keys import Config
 from tuner.search.memory import FLAKY, FailureMemory, Setting, Suspect
 
@@ -35,20 +35,10 @@ def _json(value: Value) -> str:
     return json.dumps(value)
 
 
-def _number(value: Value) -> float | None:
-    """A numeric value (an integer, or text such as a memory fraction's "0.8")."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
 def _ends_first(values: list[Value]) -> list[Value]:
     """Numeric values from the ends of their range inwards (the ends differ most), unset
     first."""
-    numbers = sorted((v for v in values if _number(v) is not None), key=lambda v: _number(v) or 0)
+    numbers = sorted((v for v in values if number(v) is not None), key=lambda v: number(v) or 0)
     if len(numbers) != len([v for v in values if v is not None]):
         return values
     out: list[Value] = []
@@ -148,15 +138,15 @@ class Feasibility:
         values = list(self.space.domains[lever])
         ends = _ends_first(values)
         way = toward(suspect.kind, lever)
-        numeric = any(_number(v) is not None for v in values)
+        numeric = any(number(v) is not None for v in values)
 
         def rank(value: Value) -> tuple[bool, float, float, int]:
             alone = self.p_ok((lever, value))
             learned = self.p_ok((suspect.knob, suspect.value), (lever, value)) * alone
             side = 0.0
-            number = _number(value)
+            amount = number(value)
             if way in (LOW, HIGH) and numeric:
-                side = float("inf") if number is None else number if way == LOW else -number
+                side = float("inf") if amount is None else amount if way == LOW else -amount
             # a value that failed more than it ran goes last; the table's way before the
             # running record (a value that ran beside others says little about the suspect)
             return (alone < 0.5, side, -round(learned, 6),

@@ -53,8 +53,8 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.refusal = refusal  # the workload's checks on the driver (_invalid)
         self.resolved = resolved  # what the workload resolves the baseline to (partners)
         self._partners: dict[str, Value] | None = None
-        if memory is not None and memory.knobs is None:
-            memory.knobs = tuple(space.domains)
+        if memory is not None and memory.domains is None:
+            memory.domains = dict(space.domains)
         self.feasibility = Feasibility(space, memory, budget) if memory is not None else None
         self.retry_trials: set[str] = set()
         self.proposals = 0  # suggestions of the inner searcher

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from search_spaces.knobs import Value, without_weights
-from tuner.search.failure_levers import relevant
+from tuner.search.failure_levers import extreme, relevant
 
 # Failure kinds that say nothing about the configuration itself.
 ENVIRONMENTAL = frozenset({"port_busy", "gpu_busy", "not_modelled", "node_lost"})
@@ -114,10 +114,12 @@ class Verdict:
 class FailureMemory:
     """Failures and successes per setting; what is ruled out, and why."""
 
-    def __init__(self, never: Mapping[str, Value], knobs: Iterable[str] | None = None) -> None:
+    def __init__(self, never: Mapping[str, Value],
+                 domains: Mapping[str, tuple[Value, ...]] | None = None) -> None:
         self.never = dict(never)  # the baseline: its settings are never suspects
-        # the knobs searched (the baseline's less its pins): where levers can change
-        self.knobs: tuple[str, ...] | None = None if knobs is None else tuple(knobs)
+        # the knobs searched and their values (the baseline's less its pins): where levers
+        # can change; None: the baseline's knobs, values unknown
+        self.domains = None if domains is None else dict(domains)
         self.failures: list[Failed] = []
         self.ran: dict[Setting, str] = {}  # setting -> the first trial it succeeded in
         self.successes: list[tuple[str, frozenset[Setting]]] = []
@@ -155,9 +157,9 @@ class FailureMemory:
             common = frozenset.intersection(*(f.settings - {setting} for f in failures))
             if common or len(failures) < (2 if kind in FLAKY else 1):
                 continue
-            levers = relevant(kind, setting[0], self.never if self.knobs is None else self.knobs)
+            levers = relevant(kind, setting[0], self.never if self.domains is None else self.domains)
             where = [self._where(f, levers) for f in failures]
-            if levers and len({json.dumps(w, sort_keys=True) for w in where}) < 2:
+            if levers and not self._differ(kind, levers, where):
                 suspects.append(Suspect(setting, kind, [f.trial for f in failures], levers,
                                         where))
                 continue
@@ -170,6 +172,16 @@ class FailureMemory:
                                     levers, where if levers else []))
         self._verdicts, self._suspects = verdicts, suspects
         return verdicts
+
+    def _differ(self, kind: str, levers: tuple[str, ...], where: list[dict[str, Value]]) -> bool:
+        """Whether the failures differ in the levers that matter: in two contexts at least,
+        and each lever the table points one way for the kind tried at that end (an OOM at
+        the smallest memory fraction too)."""
+        if len({json.dumps(w, sort_keys=True) for w in where}) < 2:
+            return False
+        return all(end is None or end in {w[n] for w in where}
+                   for n in levers if self.domains is not None and n in self.domains
+                   for end in [extreme(kind, n, self.domains[n])])
 
     def _where(self, failed: Failed, levers: tuple[str, ...]) -> dict[str, Value]:
         given = {n: json.loads(v) for n, v in failed.settings}
@@ -203,11 +215,11 @@ class FailureMemory:
 
     @classmethod
     def replay(cls, never: Mapping[str, Value], outcomes: Iterable[tuple[str, Mapping[str, Value],
-                                                                            str | None]]
-               ) -> FailureMemory:
+                                                                            str | None]],
+               domains: Mapping[str, tuple[Value, ...]] | None = None) -> FailureMemory:
         """The memory a run built, from its trials' outcomes (trial id, config, failure kind
-        or None) in the order they ended."""
-        memory = cls(never)
+        or None) in the order they ended; ``domains``: the space's, as the run had them."""
+        memory = cls(never, domains)
         for trial_id, config, kind in outcomes:
             memory.record(config, trial_id, kind)
         return memory
