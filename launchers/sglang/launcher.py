@@ -59,8 +59,9 @@ class SGLangArgs(WorkloadArgs):
     output_len: int = Field(256, ge=1, description="output length (the cap for a file's)")
     concurrency: list[int] = Field([1], min_length=1)
     capture_concurrency: bool = Field(True, description=(
-        "capture decode CUDA graphs for the concurrency levels only (--cuda-graph-bs-decode), "
-        "unless server_args or the config set the capture sizes"))
+        "trials capture decode CUDA graphs for the concurrency levels only "
+        "(--cuda-graph-bs-decode), unless server_args or the config set the capture sizes; "
+        "best/launch.sh keeps SGLang's own list"))
     objective_concurrency: int | None = Field(None, ge=1, description=(
         "the level whose metrics carry the plain names, the one the search optimises "
         "(--decide-at); default: the first of concurrency"))

@@ -4,11 +4,15 @@ nccl-tuner.csv, report.md)."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 
 import pytest
 
+from launchers.base import knob_argv, knob_env
 from tests.integration.conftest import Run
+from tests.integration.servetune_runs import stand_in
+from tests.tuner.output.launch_words import flags, script
 from tests.tuner.output.test_tuner_csv import plugin_choice, plugin_load
 
 pytestmark = pytest.mark.integration
@@ -39,7 +43,16 @@ def test_exports_of_a_real_run(confirmed_run: Run) -> None:
     for key in best["env"]:
         assert f"export {key}=" in launch and key in (out / "best" / "env").read_text()
         assert not key.startswith("NCCL_DEBUG") and key != "CUDA_VISIBLE_DEVICES", key
-    assert "--speculative-algorithm EAGLE3" in launch and "--port 30000" in launch
+    # launch.sh flag by flag: the user's command (the stand-in's words, their model and
+    # speculative algorithm, the GPUs' TP size, SGLang's port), plus the winner's settings
+    # as its server ran them; nothing a trial adds only to measure, no --host of servetune's.
+    argv, env, unset = script(launch)
+    served = best["served_config"]
+    user = [*shlex.split(stand_in()), "--model-path", str(confirmed_run.exp.model),
+            "--speculative-algorithm", "EAGLE3", "--tp-size", "8", "--port", "30000"]
+    assert argv[:len(shlex.split(stand_in()))] == shlex.split(stand_in())
+    assert flags(argv) == flags(user) | flags(knob_argv(served)), argv
+    assert env == knob_env(served)[0] and tuple(unset) == knob_env(served)[1]
     md = (out / "best" / "report.md").read_text()
     assert "beats the default beyond noise" in md and "Speculative decoding pays off" in md
 

@@ -167,3 +167,17 @@ def test_the_report_and_the_progress_lines_say_what_ran(tmp_path: Path) -> None:
                             storage=SimpleNamespace(trial_fs_path=str(setup.out_dir / "win")))
     text = lines.line(trial, None)  # type: ignore[arg-type]
     assert text is not None and "speculative-num-draft-tokens=6 (asked 2)" in text, text
+
+
+def test_the_proxys_launch_sh_keeps_working(tmp_path: Path) -> None:
+    """The proxy's production plan is the base one: its trial's command, the configuration's
+    env, no measuring env."""
+    from launchers.base import TrialContext
+    from launchers.proxy.launcher import ProxyArgs
+
+    workload = ProxyArgs(device="cpu").build()
+    ctx = TrialContext("exp", "best", tmp_path / "best", (), None)
+    plan = workload.production_plan({"NCCL_ALGO": "allreduce:ring", WEIGHTS: DUMMY}, ctx)
+    assert plan.env.get("NCCL_ALGO") == "allreduce:ring"
+    assert not {"NCCL_DEBUG", "CUDA_VISIBLE_DEVICES"} & set(plan.env)
+    assert flags(plan.argv[3:])["--device"] == ("cpu",)
