@@ -233,7 +233,7 @@ class SGLangWorkload(Workload):
         argv += ["--tp-size", str(tp), "--host", a.host or LOCALHOST, "--port", str(port)]
         if a.metrics:
             argv.append("--enable-metrics")
-        argv += [*a.server_args, *knob_argv(config)]
+        argv += [*served.overridden(a.server_args, config), *knob_argv(config)]
         sizes = self.capture_sizes(config)
         if sizes:
             argv += ["--cuda-graph-bs-decode", *map(str, sizes)]

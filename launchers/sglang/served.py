@@ -14,25 +14,31 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from launchers.base import LaunchPlan, TrialContext, Workload
-from search_spaces.knobs import Value
+from search_spaces.knobs import Value, expand_config
 
 # The switches of SGLangArgs that a trial turns on only to measure.
 MEASURING_ONLY = {"fast_start": False, "capture_concurrency": False, "metrics": False,
                   "nccl_debug": False}
 
 
-def without_flag(argv: Sequence[str], flag: str) -> tuple[str, ...]:
-    """``argv`` without ``flag`` and its value (``--flag v`` and ``--flag=v`` alike)."""
+def without_flag(argv: Sequence[str], *flags: str) -> tuple[str, ...]:
+    """``argv`` without each of ``flags`` and its values (``--flag v [v ...]`` and
+    ``--flag=v`` alike: the words up to the next ``--`` word)."""
     out: list[str] = []
-    skip = False
+    dropping = False
     for word in argv:
-        if skip:
-            skip = False
-        elif word == flag:
-            skip = True
-        elif not word.startswith(flag + "="):
+        if word.startswith("--"):
+            dropping = word.split("=", 1)[0] in flags
+        if not dropping:
             out.append(word)
     return tuple(out)
+
+
+def overridden(server_args: Sequence[str], config: Mapping[str, Value]) -> tuple[str, ...]:
+    """The user's server args without the flags the configuration sets (a value of the
+    trial's overrides the user's; unset leaves the user's)."""
+    return without_flag(server_args, *(name for name, value in expand_config(config).items()
+                                       if name.startswith("--") and value not in (None, False)))
 
 
 def production_plan(serving: Workload, config: Mapping[str, Value], ctx: TrialContext,

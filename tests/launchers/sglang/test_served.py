@@ -94,3 +94,16 @@ def test_ran_reads_the_servers_resolution_first(tmp_path: Path) -> None:
     assert ran_values(asked, tmp_path) == {
         "--speculative-num-steps": 5, "--speculative-eagle-topk": 1,
         "--speculative-num-draft-tokens": 6, "--attention-backend": "fa3"}
+
+
+def test_a_value_the_configuration_sets_overrides_the_users() -> None:
+    """The user's server args are the baseline: a trial's value replaces theirs (every word
+    of it), an unset knob leaves theirs."""
+    words = ["--cuda-graph-bs-decode", "1", "2", "--speculative-num-steps=5", "--trust-remote-code"]
+    w = workload(server_args=words)
+    plan = w.plan({"--speculative-num-steps": 2, "--cuda-graph-bs-decode": None},
+                  TrialContext("exp", "t", Path("t"), ("0",), 31000))
+    got = flags(plan.argv)
+    assert got["--speculative-num-steps"] == ("2",) and got["--cuda-graph-bs-decode"] == ("1", "2")
+    assert "--trust-remote-code" in got
+    assert without_flag(("--a", "1", "2", "--b", "--c=3", "x"), "--a", "--c") == ("--b",)
