@@ -168,6 +168,12 @@ class AutoSearcher(OwnSpaceSearcher):
             self.memory is not None and self.memory.ruled_out(point))
 
     def _from_model(self, trial_id: str) -> Config | None:
+        point = self._model_point() or self._local_move()
+        if point is None:
+            return Searcher.FINISHED  # type: ignore[return-value]
+        return self._launch(trial_id, point, MODEL)
+
+    def _model_point(self) -> Config | None:
         """The model's next point: of its draws, one that changes at most NEAR knobs of the
         best point (what pays off from here: on ``interact`` TPE's draws from anywhere wasted
         the budget on points far off), else any new one."""
@@ -177,13 +183,7 @@ class AutoSearcher(OwnSpaceSearcher):
             return sum(p.get(n) != best.get(n) for n in self.space.domains) <= NEAR
 
         point = model.propose(lambda p: near(p) and self._new(p) and not self.space.validate(p))
-        if point is None:
-            point = model.propose(lambda p: self._new(p) and not self.space.validate(p))
-        if point is None:
-            point = self._local_move()
-        if point is None:
-            return Searcher.FINISHED  # type: ignore[return-value]
-        return self._launch(trial_id, point, MODEL)
+        return point or model.propose(lambda p: self._new(p) and not self.space.validate(p))
 
     def _local_move(self) -> Config | None:
         """When the model keeps proposing what ran: one knob changed on the best points,

@@ -226,3 +226,41 @@ def test_the_budget_is_sized_from_the_space_and_said_with_its_time(tmp_path: Pat
     small = from_mapping({"name": "s", "knobs": {"NCCL_PROTO": ["LL"]}}, "test")
     assert sized_budget(small).trials == 2  # never more than the valid points
     assert math.isclose(sum(1 for _ in small.grid()), 2)
+
+
+NETWORK = ("NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_NET_GDR_LEVEL")  # the catalogue rates neither
+
+
+def test_unrated_levers_get_a_middle_rating_and_keep_the_spaces_order() -> None:
+    space = from_mapping({"name": "n", "knobs": {
+        "NCCL_MAX_NCHANNELS": [2, 4, 8, 16, 32], NETWORK[0]: [0, 1], "NCCL_PROTO": ["LL"],
+        NETWORK[1]: ["LOC", "PIX", "PXB", "PHB", "SYS"]}}, "test")
+    assert [knobs.effect(n) for n in NETWORK] == [knobs.effect("NCCL_PROTO")] * 2
+    # three middle ones in the space's order (not the most values first), the small one last
+    assert lever_order(space) == [NETWORK[0], "NCCL_PROTO", NETWORK[1], "NCCL_MAX_NCHANNELS"]
+    # a sweep that measured channels moving the metric by 15% puts them first
+    assert lever_order(space, measured={"NCCL_MAX_NCHANNELS": 1.15})[0] == "NCCL_MAX_NCHANNELS"
+
+
+def test_every_lever_is_swept_within_the_sized_budget() -> None:
+    """A catalogue that rates a lever small cannot keep it out: with a value that wins more
+    than anything was expected to (the cut) and values that fail (their rechecks), the first
+    pass still sweeps every lever before the sized budget ends."""
+    space = from_mapping({"name": "n", "knobs": {
+        BACKEND: ["nccl", "pcie-ipc", "torch-symm-mem"], "NCCL_PROTO": ["LL", "Simple"],
+        NETWORK[0]: [0, 1], NETWORK[1]: ["PIX", "PHB", "SYS"], "NCCL_BUFFSIZE": [262144, 1048576],
+        "NCCL_MAX_NCHANNELS": [4, 16]}}, "test")
+
+    def score(point: dict[str, Any]) -> float | None:
+        if point[BACKEND] == "torch-symm-mem" or point[NETWORK[1]] == "SYS":
+            return None
+        value = 300.0 if point[BACKEND] == "pcie-ipc" else 100.0
+        return value * (1.15 if point["NCCL_BUFFSIZE"] == 1048576 else 1.0)  # rated small
+
+    memory = FailureMemory(space.baseline())
+    searcher = AutoSearcher(space, 2, 0, "tok_s", "max", memory)
+    budget = sized_budget(space).trials
+    launched = _drive(FilteringSearcher(searcher, space, memory=memory), score, budget)
+    assert len(launched) == budget
+    assert {lever for lever, _ in searcher.probed.values()} == set(space.domains)
+    assert searcher.best()["NCCL_BUFFSIZE"] == 1048576
