@@ -4,9 +4,9 @@ measurements; test data for the searchers):
 - ``three-levers``: two nodes, the ``nccl-multinode`` preset's space (77,760 points). The
   network's queue pairs per connection (2 or 4), splitting data over them and channels per
   network peer (2 or 4) pay only together: one or two of them cost 1% (the setup of a path
-  that is not used), the three together gain 12-14% (more queue pairs need the split to be used, and the split needs
-  channels to the peer to fill them). The rest is separable: Tree across the nodes, LL and
-  GPUDirect at PHB gain a few percent each.
+  that is not used), the three together gain 12-14% (more queue pairs need the split to be
+  used, and the split needs channels to the peer to fill them). The rest is separable: Tree
+  across the nodes, LL and GPUDirect at PHB gain a few percent each.
 - ``mis-rated``: one node, NCCL's own knobs and the draft tokens (1,728 points). The
   catalogue rates ``NCCL_BUFFSIZE`` small (about 1%); here a 1 MiB buffer is worth 15% (256
   KiB 6%, 8 MiB 1% worse), more than any knob rated above it.
