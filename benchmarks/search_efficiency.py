@@ -250,6 +250,7 @@ class Check:
     unjudged: list[str] = field(default_factory=list)  # ... not run there (no goal line)
     below: list[str] = field(default_factory=list)  # fewer runs within 2% than FLOOR's
     floors: int = 0  # landscapes where FLOOR ran beside the default at the sized budget
+    compared: int = 0  # blocks of runs where REFERENCE ran beside the default
 
     def lines(self, budgets: Sequence[int | str], seeds: int) -> list[str]:
         goal = math.ceil(GOAL_RUNS * seeds)
@@ -269,9 +270,13 @@ class Check:
         else:
             out.append(f"default vs {FLOOR} at the sized budget: not judged ({FLOOR} not run "
                        f"there)")
-        out.append(f"default's median trials to within 2% <= {REFERENCE}'s at budgets "
-                   f"{', '.join(map(str, budgets))}: "
-                   + ("yes" if not self.slower else "NO: " + "; ".join(self.slower)))
+        if self.compared:
+            out.append(f"default's median trials to within 2% <= {REFERENCE}'s at budgets "
+                       f"{', '.join(map(str, budgets))}: "
+                       + ("yes" if not self.slower else "NO: " + "; ".join(self.slower)))
+        else:
+            out.append(f"default vs {REFERENCE}'s median trials: not judged ({REFERENCE} not "
+                       f"run)")
         out.append(f"innocent settings ruled out in the default's runs: {self.innocent}; most "
                    f"launches of an always-failing setting in one run: {self.failing}")
         return out
@@ -296,6 +301,7 @@ class Check:
                     self.below.append(f"{name} {got} vs {theirs} of {len(ours)} at {budget}")
         theirs_runs = runs.get(REFERENCE)
         if theirs_runs is not None:
+            self.compared += 1
             a = nearest_rank([r.first for r in ours], budget, 0.5)
             b = nearest_rank([r.first for r in theirs_runs], budget, 0.5)
             if a > b:

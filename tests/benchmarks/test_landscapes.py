@@ -297,6 +297,7 @@ def test_the_goal_is_judged_only_from_runs_made() -> None:
     lines = check.lines([sized], 20)
     assert lines[0].endswith(f"NO: bench 18/20 at {sized}")
     assert "NO: bench 18 vs 19" in lines[1]
+    assert "optuna+fa" in lines[2] and "not judged" in lines[2]  # it was not run
 
 
 def test_the_levers_landscapes_have_the_shape_they_claim() -> None:
