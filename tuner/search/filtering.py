@@ -57,6 +57,7 @@ class FilteringSearcher(OwnSpaceSearcher):
             memory.domains = dict(space.domains)
         self.feasibility = Feasibility(space, memory, budget) if memory is not None else None
         self.retry_trials: set[str] = set()
+        self.own_rounds: dict[str, list[float]] = {}  # the filter's own trials' rounds
         self.proposals = 0  # suggestions of the inner searcher
         self.refused = 0  # ... refused by the space's rules or the workload's checks
         self.completed = 0  # ... launched with partners the refusal lacked
@@ -229,6 +230,8 @@ class FilteringSearcher(OwnSpaceSearcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self.inner_id:
             self.searcher.on_trial_result(self.inner_id[trial_id], result)
+        elif self.metric in result:  # one of this filter's own trials: told as its mean
+            self.own_rounds.setdefault(trial_id, []).append(float(result[self.metric]))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
@@ -244,6 +247,9 @@ class FilteringSearcher(OwnSpaceSearcher):
             self.searcher.on_trial_complete(inner, result=result, error=error)
         elif trial_id in self.fallback_trials | self.retry_trials and config is not None:
             self.fallback_trials.discard(trial_id)
+            rounds = self.own_rounds.pop(trial_id, [])
+            if value is not None and rounds:
+                value = sum(rounds) / len(rounds)
             params = {n: config[n] for n in self.space.domains}
             with contextlib.suppress(NotImplementedError):
                 self.searcher.add_evaluated_point(params, value if value is not None else 0.0,
