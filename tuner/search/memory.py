@@ -223,3 +223,17 @@ class FailureMemory:
         for trial_id, config, kind in outcomes:
             memory.record(config, trial_id, kind)
         return memory
+
+
+def evidence_lines(items: Iterable[Mapping[str, Any]]) -> list[str]:
+    """ruled_out.json's entries (``FailureMemory.evidence``) as lines for a report: what was
+    ruled out, in which trials, where (the levers that matter and their values) and why."""
+    lines = []
+    for item in items:
+        value = item.get("value")
+        where = "; ".join(", ".join(f"{n}={'unset' if v is None else v}" for n, v in w.items())
+                          for w in item.get("where") or [])
+        lines.append(f"{item.get('knob')}={'unset' if value is None else value}: "
+                     f"{item.get('kind')} in {', '.join(map(str, item.get('trials') or []))}"
+                     + (f", beside {where}" if where else "") + f" ({item.get('why')})")
+    return lines

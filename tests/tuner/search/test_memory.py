@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from search_spaces.space import SearchSpace, from_mapping
-from tuner.search.memory import FailureMemory
+from tuner.search.memory import FailureMemory, evidence_lines
 
 BACKEND = "allreduce-backend"
 
@@ -138,3 +138,14 @@ def test_the_memory_replays_and_pickles() -> None:
     assert _ruled(memory) == [("NCCL_PROTO", "LL")]
     again = pickle.loads(pickle.dumps(memory))
     assert again.evidence() == memory.evidence()
+
+
+def test_evidence_lines_say_what_where_and_why() -> None:
+    memory = FailureMemory(BASE)
+    memory.record(BASE, "t0", None)
+    memory.record({**BASE, "NCCL_PROTO": "Simple"}, "t1", "nccl_error")
+    memory.record({**BASE, "NCCL_MAX_NCHANNELS": 4}, "t2", None)
+    memory.record({**BASE, "NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": 4}, "t3", "nccl_error")
+    [line] = evidence_lines(memory.evidence())
+    assert line.startswith("NCCL_PROTO=Simple: nccl_error in t1, t3, beside NCCL_MAX_NCHANNELS=")
+    assert "NCCL_MAX_NCHANNELS=4" in line and "(the same configuration" in line
