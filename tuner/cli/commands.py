@@ -66,17 +66,12 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tuner.run import experiment
     from tuner.run.lock import ExperimentBusy, holder
 
     if args.resume:
         folder = Path(args.resume).resolve()
         spec = ExperimentSpec.load(folder).model_copy(update={"out_dir": folder})
-        from tuner.run.fit import started
-
         lock = hold(folder)
-        if not started(folder):
-            raise CliError(f"{args.resume}: the experiment never started (no tuner.pkl)")
         if (folder / BROKEN_JSON).exists():
             raise CliError(f"{args.resume}: this search stopped because its environment was "
                            f"broken ({BROKEN_JSON}): fix it and start a new experiment")
@@ -94,6 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         check_before_launch(spec, resume=resume)
         lock = lock or hold(spec.out_dir)
+        spec.save()  # resumable from here on, whenever the driver is killed
         if spec.address is not None and args.address is None and not args.resume:
             print(f"Ray: joining the cluster at {spec.address} (from RAY_ADDRESS)", flush=True)
         if spec.screen is not None:
@@ -101,6 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             outcome = run_screened(spec, resume=resume)
         else:
+            from tuner.run import experiment  # Ray: imported once the folder can be resumed
+
             outcome = experiment.run(spec, resume=resume)
     finally:
         if lock is not None:

@@ -3,40 +3,67 @@ baseline first, early stopping, then the confirm stage and the end-of-run output
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from launchers import process
 from tuner.output import broken
 from tuner.output.files import INPUTS_JSON, RUN_JSON, write_json
+from tuner.output.results import write_table
 from tuner.run import confirm, finish
 from tuner.run.cluster import gpus_per_trial as node_gpus_per_trial
 from tuner.run.cluster import ray_cluster, trial_slots
 from tuner.run.dashboard import login_lines, reuse_actors
 from tuner.run.environment import EnvironmentWatch
 from tuner.run.finish import RunOutcome
-from tuner.run.fit import FitPlan, fit
+from tuner.run.fit import FitPlan, fit, restorable
 from tuner.run.progress import TrialLines
 from tuner.run.recorder import Recorder
+from tuner.run.replay import replay, search_state
+from tuner.run.stopping import stop_on_signals
 from tuner.run.trackers import tracker_callbacks
 from tuner.run.trainable import make_trainable
 from tuner.search.build import Study, build_scheduler, build_search
 from tuner.search.study import study_name
-from tuner.setup import Print, prepare, stdout_print
+from tuner.setup import Print, Setup, prepare, stdout_print
 from tuner.spec import ExperimentSpec
 
 
 def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_print) -> RunOutcome:
-    """Run (or resume) an experiment to the end and write its results into spec.out_dir."""
+    """Run (or resume) an experiment to the end and write its results into spec.out_dir;
+    SIGINT/SIGTERM stop it at once (``tuner.run.stopping``)."""
     setup = prepare(spec)
     out_dir = spec.out_dir.resolve()
+
+    def save() -> None:
+        write_table(out_dir, setup.objective, setup.space.baseline())
+
+    with stop_on_signals(setup.marker_prefix, out_dir, save, echo):
+        return _run(setup, spec, out_dir, resume=resume, echo=echo)
+
+
+def _reap_leftovers(setup: Setup, echo: Print) -> None:
+    """Kill what a killed earlier run of this experiment left (their owners are dead). A
+    server whose owner (a Ray worker of that run) was still alive is an orphan once that
+    worker is gone: hence a second pass."""
+    reaped: list[int] = []
+    for _ in range(3):
+        found = process.reap(setup.marker_prefix)
+        if not found:
+            break
+        reaped += found
+    if reaped:
+        echo(f"reaped {len(reaped)} leftover processes of an earlier run of {setup.spec.name}")
+
+
+def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, echo: Print
+         ) -> RunOutcome:
     spec.save()
     inputs = setup.workload.inputs(spec.seed)
     if inputs is not None:
         write_json(out_dir / INPUTS_JSON, inputs)
     for note in setup.space_notes():
         echo(note)
-    # Leftovers of a killed earlier run of this experiment (their owners are dead).
-    reaped = process.reap(setup.marker_prefix)
-    if reaped:
-        echo(f"reaped {len(reaped)} leftover processes of an earlier run of {spec.name}")
+    _reap_leftovers(setup, echo)
     with ray_cluster(spec, setup.marker_prefix, echo) as cluster:
         gpus = node_gpus_per_trial(spec, cluster)
         slots = trial_slots(cluster, gpus, spec.nodes_per_trial)
@@ -57,10 +84,16 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
         echo(f"TensorBoard: tensorboard --logdir {out_dir}")
         for note in setup.notes():
             echo(note)
-        # A resumed run's searcher comes back from its checkpoint, bound to its study: a
-        # new one would enqueue the baseline into the stored study again.
+        # A search resumes from the journal (replay), except one bound to an Optuna study of
+        # its own while Ray's state exists: that searcher comes back from Ray's checkpoint
+        # (a new one would enqueue the baseline into the stored study again).
+        restore = resume and bool(spec.optuna_storage) and restorable(out_dir)
+        journal = search_state(out_dir) if resume and not restore else None
         study = Study(spec.optuna_storage, study_name(spec.name)) \
             if spec.optuna_storage and not resume else None
+        if journal is not None and spec.optuna_storage:
+            echo("resuming without Ray's checkpoint: this session's trials are not added to "
+                 "the Optuna study")
         stack = build_search(setup.space, setup.objective, search=spec.search,
                              stage_search=spec.stage_search, samples=spec.samples,
                              seed=spec.seed, failure_aware=spec.failure_aware,
@@ -79,15 +112,21 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
                             watch=watch, stage_of=stack.stage_of)
         reporter = TrialLines(setup.objective.metric, list(setup.space.domains), spec.rounds,
                               stage_of=stack.stage_of)
+        samples = stack.num_samples
+        if journal is not None:  # finished trials count, interrupted ones run again
+            echo(journal.line(samples))
+            for note in replay(journal, stack.filtering, watch):
+                echo(note)
+            samples = max(0, samples - len(journal.finished))
         outcome = fit(FitPlan(
             name=out_dir.name, storage=out_dir.parent,
             trainable=make_trainable(setup, spec, resources), objective=setup.objective,
             search_alg=stack.search_alg, scheduler=build_scheduler(spec.scheduler,
                                                                    setup.objective),
-            num_samples=stack.num_samples,
+            num_samples=samples,
             callbacks=[recorder, *tracker_callbacks(spec.callbacks, spec.name)],
             reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors), stop=watch),
-            resume=resume)
+            restore=restore)
         # Read from the folder: a resumed Tuner runs the watch it restored, not this one.
         environment = broken.load(out_dir)
         interrupted = outcome.interrupted and environment is None

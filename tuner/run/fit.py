@@ -3,18 +3,16 @@ trainable with the experiment's searcher, scheduler, recorder and progress lines
 end or until interrupted. Only Ray's public API: ``Tuner``, ``Tuner.restore``,
 ``ResultGrid``.
 
-Resuming: ``Tuner.restore`` brings back the tune and run configs pickled in tuner.pkl (the
-searcher stack, the recorder that feeds it, the progress lines: all picklable, plain data),
-and Ray restores the searcher's state from its checkpoint in the experiment folder.
+Resuming: a search resumes from servetune's journal (``tuner.run.replay``): a new Tuner with
+a searcher that replayed the finished trials and the rest of the budget. ``Tuner.restore``
+(tune and run configs from tuner.pkl, the searcher from Ray's checkpoint) is kept for a
+search whose state lives in an Optuna study of its own, and only while Ray's experiment
+state exists. SIGINT/SIGTERM are handled by ``tuner.run.stopping``, not here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from ray.tune.search import Searcher
 from tuner.spec import Objective
 
 TUNER_FILE = "tuner.pkl"  # Ray's: written when a Tuner starts in its folder
+STATE_GLOB = "experiment_state-*.json"  # Ray's: its periodic experiment checkpoint
 
 
 @dataclass
@@ -58,16 +57,25 @@ def _trial_dirname(trial: Any) -> str:
 
 
 def started(folder: Path) -> bool:
-    """Whether a Tuner ever started in ``folder`` (resume needs one)."""
+    """Whether a Tuner ever started in ``folder``."""
     return (folder / TUNER_FILE).exists()
 
 
-def fit(plan: FitPlan, *, resume: bool = False) -> FitOutcome:
-    """Run the Tuner (restored from its folder with ``resume``) to its end."""
+def restorable(folder: Path) -> bool:
+    """Whether Ray can restore the Tuner of ``folder``: it started there and checkpointed
+    its experiment state at least once."""
+    return started(folder) and any(folder.glob(STATE_GLOB))
+
+
+def fit(plan: FitPlan, *, restore: bool = False) -> FitOutcome:
+    """Run a new Tuner (with ``restore``, Ray's own from its folder) to its end. A plan with
+    no sample left runs nothing."""
     folder = plan.storage / plan.name
-    if resume and started(folder):
+    if restore and restorable(folder):
         tuner = tune.Tuner.restore(str(folder), trainable=plan.trainable,
                                    resume_unfinished=True, resume_errored=False)
+    elif plan.num_samples <= 0:
+        return FitOutcome(0, 0, False)
     else:
         tuner = tune.Tuner(plan.trainable, tune_config=tune.TuneConfig(
             metric=plan.objective.search_metric, mode=plan.objective.mode,
@@ -77,37 +85,6 @@ def fit(plan: FitPlan, *, resume: bool = False) -> FitOutcome:
                 name=plan.name, storage_path=str(plan.storage), callbacks=list(plan.callbacks),
                 progress_reporter=plan.reporter, verbose=1, stop=plan.stop,
                 failure_config=tune.FailureConfig(max_failures=0)))
-    with interrupt_watch() as was_interrupted:
-        grid = tuner.fit()
-        caught = was_interrupted()
+    grid = tuner.fit()
     finished = grid.num_terminated + grid.num_errors
-    # Tune marks in-flight trials TERMINATED when it cleans up after a Ctrl-C, so the counts
-    # alone do not tell an interrupted run from a finished one: the signal watch does.
-    interrupted = caught or finished < len(grid)
-    return FitOutcome(len(grid), finished, interrupted)
-
-
-@contextlib.contextmanager
-def interrupt_watch() -> Iterator[Callable[[], bool]]:
-    """Yields a check: did Ray Tune's fit() catch a Ctrl-C? Tune swaps its own SIGINT
-    handler in and puts the previous one back on the first signal, so this sentinel being
-    back in place after fit() means fit() was interrupted. SIGTERM (``kill``, ``timeout``, a
-    batch scheduler) is turned into that same graceful stop instead of killing the driver
-    with Ray and its servers still running."""
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
-        return
-
-    def sentinel(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    def term_as_int(signum: int, frame: object) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-
-    previous = signal.signal(signal.SIGINT, sentinel)
-    previous_term = signal.signal(signal.SIGTERM, term_as_int)
-    try:
-        yield lambda: signal.getsignal(signal.SIGINT) is sentinel
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.signal(signal.SIGTERM, previous_term)
+    return FitOutcome(len(grid), finished, finished < len(grid))

@@ -1,0 +1,75 @@
+"""SIGINT/SIGTERM to the driver: everything down in a few seconds, then exit.
+
+Ray Tune's own Ctrl-C path checkpoints, waits for trials to wind down (10 s and more) and
+then shuts Ray down; a second signal in the middle left helpers and defunct Ray processes.
+Here the driver stops itself instead: the first signal kills every process of the experiment
+by its marker (servers, helpers, and the private Ray this run started, whose processes carry
+the experiment's marker too), SIGTERM then SIGKILL after a short grace; results.csv is
+rewritten from the journal (already on disk line by line); the resume command is printed;
+the driver exits at once (128 + the signal). Every later signal is ignored: nothing is left
+half-stopped. Ray Tune's own SIGINT handler is turned off (TUNE_DISABLE_SIGINT_HANDLER) so
+that Ctrl-C reaches this one during ``fit()`` too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from launchers import process
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+GRACE_S = 1.0  # SIGTERM -> SIGKILL for what is still running when the driver is told to stop
+TUNE_SIGINT_ENV = "TUNE_DISABLE_SIGINT_HANDLER"
+
+
+def resume_hint(out_dir: Path) -> str:
+    return f"servetune run --resume {out_dir}"
+
+
+def stop_now(prefix: str, out_dir: Path, signum: int, save: Callable[[], object],
+             echo: Callable[[str], None], grace: float = GRACE_S) -> int:
+    """Kill the experiment's processes, save the table, say how to resume; the exit code."""
+    for sig in SIGNALS:  # a second signal changes nothing: the stop below runs to its end
+        signal.signal(sig, signal.SIG_IGN)
+    began = time.monotonic()
+    name = signal.Signals(signum).name
+    echo(f"{name}: stopping the servers and Ray of {out_dir.name}")
+    killed = process.reap_all(prefix, grace=grace)
+    with contextlib.suppress(Exception):  # the journal itself is on disk already
+        save()
+    echo(f"stopped on {name} in {time.monotonic() - began:.1f} s ({len(killed)} processes "
+         f"ended); the journal is saved in {out_dir}")
+    echo(f"resume with:  {resume_hint(out_dir)}")
+    return 128 + signum
+
+
+@contextlib.contextmanager
+def stop_on_signals(prefix: str, out_dir: Path, save: Callable[[], object],
+                    echo: Callable[[str], None]) -> Iterator[None]:
+    """While the block runs (in the main thread), SIGINT and SIGTERM stop the whole run
+    (``stop_now``) and end the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        code = stop_now(prefix, out_dir, signum, save, echo)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)  # no unwinding through Ray: its exit hooks would wait on the dead Ray
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    with process.environ({TUNE_SIGINT_ENV: "1"}):
+        try:
+            yield
+        finally:
+            for sig, before in previous.items():
+                signal.signal(sig, before)
