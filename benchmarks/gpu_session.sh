@@ -40,6 +40,12 @@
 #               or its folder carried back as runs/sglang-h200); SHAPE='{...}' profiles that
 #               config beside the baseline instead of the chosen one
 #   sglang-knobs    `servetune knobs --check` against the staged SGLang (0.5.16)
+#   sglang-decide   join and install Ray (.raywheel2), then issue 30's campaign: the user's shape
+#               (5,4,16) given with --server-arg is the baseline, grid over
+#               benchmarks/sglang-h200-shape.yaml, the sequential confirm stage (cap CAP=5) and
+#               the speculative reference; LIMIT= seconds (540); sglang-decide-resume goes on
+#   sglang-serve    that campaign's best/launch.sh started by hand, one request, /server_info
+#               compared with the decision (benchmarks/serve_check.py)
 # With SGLang staged in /root/site (shared/tools/device-sglang-prepare, its calls A and B):
 #   native-tests      the gpu-marked native-mode tests (every TP 2 path through SGLang's own
 #                     GroupCoordinator captures and passes the gate; which communicator served)
@@ -207,6 +213,31 @@ sglang-campaign)
     --metric verify_ms --mode min --weights dummy --confirm 2 --confirm-top 1 --rounds 3 \
     --input-len 64 --output-len 64 --requests-per-round 8 --no-dashboard --out runs/sglang-h200
   campaign_outputs sglang_campaign ;;
+sglang-decide|sglang-decide-resume)  # issue 30's campaign: the user's shape as baseline
+  name=${1//-/_}
+  if [ "$1" = sglang-decide ]; then
+    cat "$STAGE"/ray.part.aa .raywheel2/ray.part.ab >"$STAGE"/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl &&
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /root/pylibs \
+        "$STAGE"/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl || exit 1
+    set -- python3 -m tuner run --model "$TINY" --draft-model "$DRAFT" \
+      --speculative-algorithm EAGLE3 --server-arg "--load-format dummy \
+      --speculative-draft-load-format dummy --attention-backend triton --sampling-backend pytorch \
+      --speculative-num-steps 5 --speculative-eagle-topk 4 --speculative-num-draft-tokens 16" \
+      --space benchmarks/sglang-h200-shape.yaml --search grid --samples 9 --rounds 2 \
+      --metric output_throughput --confirm "${CAP:-5}" --confirm-top 1 --input-len 64 \
+      --output-len 64 --requests-per-round 8 --no-dashboard --out runs/sglang-decide
+  else
+    set -- python3 -m tuner run --resume runs/sglang-decide
+  fi
+  with_sglang
+  step "$name" "${LIMIT:-540}" "$@"
+  tail -60 "$OUT/$name.log"
+  python3 -m tuner report runs/sglang-decide >"$OUT/sglang_decide_report.txt" 2>&1
+  tar czf "$OUT/sglang_decide.tgz" --exclude='*.trace.json.gz' --exclude='nccl-*.log' runs/sglang-decide ;;
+sglang-serve)  # best/launch.sh of that campaign started by hand, one request, /server_info
+  with_sglang
+  python3 -m benchmarks.serve_check runs/sglang-decide --out "$OUT/serve_check.json" \
+    --timeout 300 2>&1 | tee "$OUT/serve_check.log" | tail -30 ;;
 sglang-resume)
   with_sglang
   step sglang_resume 560 python3 -m tuner run --resume runs/sglang-h200

@@ -44,4 +44,4 @@ def settings_text(config: Mapping[str, Any], knobs: Sequence[str],
         changed.append((f"{short_name(k)}={value}" if value is not True else short_name(k))
                        + note)
     dummy = " [dummy weights]" if config.get(WEIGHTS) == DUMMY else ""
-    return (" ".join(changed) or "baseline (no overrides)") + dummy
+    return (" ".join(changed) or "every knob unset") + dummy

@@ -2,7 +2,7 @@
 instead of Ray's periodic wall of tables:
 
     trial     phase          status    round  output_throughput  verify_ms  settings
-    bb044ab5  search         running     1/3          1653      23.96  baseline (no overrides)
+    bb044ab5  search         running     1/3          1653      23.96  every knob unset
     d167f13e  search         done        3/3          2342      14.76  ALGO=allreduce:ring PROTO=LL
     86c21f82  search         stopped     1/3          1616      24.12  PROTO=Simple (early stop)
     03bb1f63  confirm top 1  FAILED        -             -          -  ALGO=Tree  graph_capture: ...
