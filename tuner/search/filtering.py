@@ -3,7 +3,8 @@ suggestions with the pins, re-asks when a suggestion is invalid or ruled out by 
 memory (the inner searcher is told that suggestion failed), and answers repeats of
 already-measured configs from what was measured instead of launching them again. An inner
 searcher that counts its launches may define ``not_launched(trial_id)``: it is called for
-each suggestion this filter did not launch.
+each suggestion this filter did not launch, and ``completed(trial_id, config)``: called
+with a suggestion this filter completed with partners, the configuration that will run.
 
 With a failure memory, the feasibility model (feasibility.py) retries suspect values beside
 the levers that matter for their failure (the filter's own trials, told to the inner
@@ -121,6 +122,9 @@ class FilteringSearcher(OwnSpaceSearcher):
             if reasons:
                 config, reasons = self._complete(config, reasons)
                 self.refused += bool(reasons)
+                hook = getattr(self.searcher, "completed", None)
+                if not reasons and callable(hook):  # it builds on what runs, not on its ask
+                    hook(inner_id, config)
             key = self._key(config)
             ruled = self._ruled(config)
             if not reasons and not ruled and key in self.launched:
