@@ -38,11 +38,14 @@ DECIDED: frozenset[str] = frozenset({"better", "worse", "tie", "failed"})
 @dataclass(frozen=True)
 class Plan:
     """The stage's limits: launches per configuration (``cap``), its time (``time_s``, None:
-    none) and the overall false-win rate."""
+    none) and the overall false-win rate. ``two_sided``: a candidate stays open while it could
+    still be shown worse, too (the speculative reference: either answer is a decision); by
+    default only while it could still be shown better."""
 
     cap: int = DEFAULT_CAP
     alpha: float = ALPHA
     time_s: float | None = None
+    two_sided: bool = False
 
     @property
     def looks(self) -> int:
@@ -112,7 +115,7 @@ def compare(candidate: Sequence[float], baseline: Sequence[float], mode: str, pl
         verdict = "better"
     elif gain_high < 0:
         verdict = "worse"
-    elif min(nc, nb) >= plan.cap or gain_high < _half_at_cap(plan, vc, vb):
+    elif min(nc, nb) >= plan.cap or _futile(plan, gain_low, gain_high, vc, vb):
         verdict = "tie"  # even the best the interval allows would not separate at the cap
     else:
         verdict = "open"
@@ -129,6 +132,13 @@ def _quantile(confidence: float, vc: float, nc: int, vb: float, nb: int) -> floa
         dof = int((a + b) ** 2 / ((a * a / (nc - 1) if nc > 1 else 0) +
                                   (b * b / (nb - 1) if nb > 1 else 0) or 1e-300))
     return t_quantile(1 - (1 - confidence) / 2, max(1, min(dof, nc + nb - 2)))
+
+
+def _futile(plan: Plan, gain_low: float, gain_high: float, vc: float, vb: float) -> bool:
+    """Whether no value the interval allows would separate at the cap (in the better
+    direction; with ``two_sided``, in neither)."""
+    half = _half_at_cap(plan, vc, vb)
+    return gain_high < half and (not plan.two_sided or -gain_low < half)
 
 
 def _half_at_cap(plan: Plan, vc: float, vb: float) -> float:

@@ -199,7 +199,8 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
                                    decision.source_trial)
     with_scores = [v for v in entry["scores"] if v is not None] if entry else \
         ([] if searched is None else [searched])
-    ref_plan = Plan(cap=plan.cap if spec.confirm else 1, alpha=plan.alpha, time_s=plan.time_s)
+    ref_plan = Plan(cap=plan.cap if spec.confirm else 1, alpha=plan.alpha, time_s=plan.time_s,
+                    two_sided=True)
     echo("")
     echo(f"speculative decoding: the {decision.label} settings with it off, launched until "
          f"the difference is decided (at most {ref_plan.cap})")

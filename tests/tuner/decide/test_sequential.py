@@ -116,3 +116,15 @@ def test_launch_spread_pools_the_log_sd_of_each_configuration() -> None:
     spread = launch_spread({"a": [90.0, 110.0], "b": [180.0, 220.0]})
     assert spread == pytest.approx(abs(math.log(110 / 90)) / math.sqrt(2), rel=1e-9)
     assert launch_spread({"a": [1.0]}) is None
+
+
+def test_the_speculative_reference_stays_open_while_either_answer_is_possible() -> None:
+    """The stand-in's reference stopped at 3 launches, 'open': without it could no longer be
+    shown better, yet it could still be shown worse. Two-sided, it goes on."""
+    with_it = [112.4, 246.3, 253.2, 222.2, 248.7]  # the stand-in's launches, one of them slow
+    without = [130.1, 140.2, 113.0]
+    one_sided = Plan(cap=5)
+    assert compare(without, with_it, "max", one_sided).verdict == "tie"
+    members = [Member("with", scores=with_it, fixed=True), Member("without", scores=without)]
+    assert next_launch(members, "max", one_sided) is None
+    assert next_launch(members, "max", Plan(cap=5, two_sided=True)) == 1
