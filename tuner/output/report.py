@@ -108,8 +108,10 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                     f"{objective.decide_at} (--decide-at), each level gets its own winner"])
     decision = dict((confirm_data or {}).get("decision") or {})
     chosen_config = decision.get("config")
-    chosen = "-" if chosen_config is None else settings_text(
-        chosen_config, knobs, trial_ran(out, decision.get("source_trial"), chosen_config))
+    # What its trial's server ran, unless the decision serves it otherwise (speculative off).
+    ran = {} if decision.get("speculative") is False else \
+        trial_ran(out, decision.get("source_trial"), chosen_config or {})
+    chosen = "-" if chosen_config is None else settings_text(chosen_config, knobs, ran)
     search = search_rows(df)
     limited = bool(objective.limits)
     top: Table = [["trial", "status", objective.metric, "speedup", "verify_ms", "settings",

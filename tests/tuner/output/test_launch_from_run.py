@@ -158,6 +158,10 @@ def test_the_report_and_the_progress_lines_say_what_ran(tmp_path: Path) -> None:
     f = facts(setup, df, {"decision": {"kind": "unconfirmed", "config": winner,
                                        "source_trial": "win", "text": "best"}})
     assert "speculative-num-draft-tokens=6 (asked 2)" in f.chosen
+    off = {**winner, **dict.fromkeys(WINNER)}  # served without speculative decoding
+    f_off = facts(setup, df, {"decision": {"kind": "unconfirmed", "config": off,
+                                           "source_trial": "win", "speculative": False}})
+    assert "speculative" not in f_off.chosen and "choice" not in f_off.chosen, f_off.chosen
     assert ["not launched", proposals.lines(setup.out_dir)[0].partition(": ")[2]] in f.how
     assert any("speculative_eagle_topk must be set" in n for n in f.notes)
     assert any("speculative-num-draft-tokens=6 (asked 2)" in row[5] for row in f.top[1:])
