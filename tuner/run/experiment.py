@@ -3,6 +3,7 @@ baseline first, early stopping, then the confirm stage and the end-of-run output
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from launchers import process
@@ -37,8 +38,8 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
     def save() -> None:
         write_table(out_dir, setup.objective, setup.space.baseline())
 
-    with stop_on_signals(setup.marker_prefix, out_dir, save, echo):
-        return _run(setup, spec, out_dir, resume=resume, echo=echo)
+    with stop_on_signals(setup.marker_prefix, out_dir, save, echo) as arm:
+        return _run(setup, spec, out_dir, resume=resume, echo=echo, arm=arm)
 
 
 def _reap_leftovers(setup: Setup, echo: Print) -> None:
@@ -55,8 +56,8 @@ def _reap_leftovers(setup: Setup, echo: Print) -> None:
         echo(f"reaped {len(reaped)} leftover processes of an earlier run of {setup.spec.name}")
 
 
-def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, echo: Print
-         ) -> RunOutcome:
+def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, echo: Print,
+         arm: Callable[[], None]) -> RunOutcome:
     spec.save()
     inputs = setup.workload.inputs(spec.seed)
     if inputs is not None:
@@ -65,6 +66,7 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
         echo(note)
     _reap_leftovers(setup, echo)
     with ray_cluster(spec, setup.marker_prefix, echo) as cluster:
+        arm()  # over the SIGTERM handler ray.init installed
         gpus = node_gpus_per_trial(spec, cluster)
         slots = trial_slots(cluster, gpus, spec.nodes_per_trial)
         resources: dict[str, float] = {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}

@@ -52,11 +52,12 @@ def stop_now(prefix: str, out_dir: Path, signum: int, save: Callable[[], object]
 
 @contextlib.contextmanager
 def stop_on_signals(prefix: str, out_dir: Path, save: Callable[[], object],
-                    echo: Callable[[str], None]) -> Iterator[None]:
+                    echo: Callable[[str], None]) -> Iterator[Callable[[], None]]:
     """While the block runs (in the main thread), SIGINT and SIGTERM stop the whole run
-    (``stop_now``) and end the process."""
+    (``stop_now``) and end the process. Yields ``arm``: to be called again once Ray is up
+    (``ray.init`` puts a SIGTERM handler of its own in place, one that just dies)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield lambda: None
         return
 
     def handler(signum: int, frame: object) -> None:
@@ -66,10 +67,16 @@ def stop_on_signals(prefix: str, out_dir: Path, save: Callable[[], object],
                 stream.flush()
         os._exit(code)  # no unwinding through Ray: its exit hooks would wait on the dead Ray
 
-    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    def arm() -> None:
+        for sig in SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # not while stopping
+                signal.signal(sig, handler)
+
+    previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    arm()
     with process.environ({TUNE_SIGINT_ENV: "1"}):
         try:
-            yield
+            yield arm
         finally:
             for sig, before in previous.items():
                 signal.signal(sig, before)
