@@ -81,8 +81,7 @@ def replay(state: JournalState, searcher: Replayable, watch: Watch | None = None
     """Tell ``searcher`` (a fresh one, before its first real suggestion) the finished trials,
     event by event as they ran: each is suggested under its journaled id, sees its rounds and
     ends as it ended; ``watch`` learns each outcome as the recorder told it. Returns notes
-    for trials whose proposal differed from what ran (the measurement is still what the
-    searcher learns)."""
+    for trials whose proposal differed from what ran (the searcher is not told those)."""
     finished = set(state.finished)
     # A trial Ray once resumed has several attempts: suggested at its first start, ended at
     # its last end.
@@ -97,11 +96,13 @@ def replay(state: JournalState, searcher: Replayable, watch: Watch | None = None
         if kind == "start" and tid not in open_ and tid not in last_result:
             config = event.get("config") or {}
             proposed = searcher.suggest(tid)
-            if not isinstance(proposed, Mapping) or not _same(proposed, config):
-                notes.append(f"resume: the searcher's proposal for trial {tid} differs from "
-                             "what ran; it learns what ran")
-            open_[tid] = config
             last_result[tid] = {}
+            if not isinstance(proposed, Mapping) or not _same(proposed, config):
+                # told nothing: its proposal would be scored with another config's measurement
+                notes.append(f"resume: the searcher now proposes another configuration than "
+                             f"trial {tid} ran; it is not told that trial's outcome")
+                continue
+            open_[tid] = config
         elif kind == "result" and tid in open_:
             result = {k: v for k, v in event.items() if k not in _NOT_METRICS}
             last_result[tid] = result

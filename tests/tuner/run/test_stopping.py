@@ -1,0 +1,64 @@
+"""SIGINT/SIGTERM to a driver: its marked processes are killed, the table saved, the resume
+command printed, and the driver exits 128 + signal; a second signal changes nothing. The
+driver here is a small Python process under ``stop_on_signals`` with a marked child that
+ignores SIGTERM (SIGKILL after the grace ends it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launchers.process import marked_processes
+
+ROOT = Path(__file__).resolve().parents[3]
+DRIVER = """
+import subprocess, sys, time
+from pathlib import Path
+from tuner.run.stopping import stop_on_signals
+out, prefix = Path(sys.argv[1]), sys.argv[2]
+stubborn = ("import signal,sys,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "open(sys.argv[1], 'w').close(); time.sleep(60)")
+with stop_on_signals(prefix, out, lambda: (out / "saved").write_text("yes"), print) as arm:
+    arm()
+    child = subprocess.Popen([sys.executable, "-c", stubborn, str(out / "ignoring")],
+                             env={"SERVETUNE_TRIAL": prefix + "t1", "PATH": "/usr/bin"})
+    while not (out / "ignoring").exists():
+        time.sleep(0.01)
+    print("ready", child.pid, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signals", [(signal.SIGTERM,), (signal.SIGINT, signal.SIGTERM)],
+                         ids=["SIGTERM", "SIGINT then SIGTERM"])
+def test_a_signal_stops_the_marked_processes_and_says_how_to_resume(
+        tmp_path: Path, signals: tuple[int, ...]) -> None:
+    prefix = f"stop-test-{os.getpid()}-{len(signals)}/"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path), prefix], env=env,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert driver.stdout is not None
+        line = driver.stdout.readline()
+        assert line.startswith("ready"), line
+        child = psutil.Process(int(line.split()[1]))
+        assert [m.pid for m in marked_processes(prefix)] == [child.pid]
+        for sig in signals:
+            driver.send_signal(sig)
+            time.sleep(0.2)
+        code = driver.wait(timeout=30)
+        out = driver.stdout.read()
+    finally:
+        driver.kill()
+    assert code == 128 + signals[0]
+    assert f"servetune run --resume {tmp_path}" in out
+    assert (tmp_path / "saved").read_text() == "yes"
+    assert marked_processes(prefix) == []
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
