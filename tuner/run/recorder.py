@@ -2,8 +2,9 @@
 moment Ray reports it, and results.csv rewritten whenever a trial ends. Nothing measured is
 lost when the driver is interrupted: the journal is flushed line by line.
 
-The recorder is pickled with the Tuner (tuner.pkl) and comes back on ``--resume``: it holds
-only plain data and the searcher it feeds (restored with it, as the same object)."""
+The journal is what ``--resume`` rebuilds the search from (``tuner.run.replay``). The recorder
+is pickled with the Tuner (tuner.pkl) and comes back when Ray restores one (a search bound to
+an Optuna study): it holds only plain data and the searcher it feeds (the same object)."""
 
 from __future__ import annotations
 
