@@ -265,7 +265,8 @@ TOYS: dict[str, tuple[ToyServer, str]] = {
 COST_MODEL = ("bench", "bench+tree", "verify-campaign")
 MACHINES = ("founding", "needle", "failures")  # benchmarks/machines.py
 LEVERS = ("three-levers", "mis-rated")  # benchmarks/landscapes_levers.py
-NAMES = (*COST_MODEL, *TOYS, *MACHINES, *LEVERS)
+FAILURES = ("conditional-oom", "refused-alone")  # benchmarks/landscapes_failures.py
+NAMES = (*COST_MODEL, *TOYS, *MACHINES, *LEVERS, *FAILURES)
 
 
 def builtin_landscape(name: str) -> Landscape:
@@ -276,6 +277,9 @@ def builtin_landscape(name: str) -> Landscape:
     if name in LEVERS:
         from benchmarks.landscapes_levers import lever_landscape
         return lever_landscape(name)
+    if name in FAILURES:
+        from benchmarks.landscapes_failures import failure_landscape
+        return failure_landscape(name)
     if name in TOYS:
         server, about = TOYS[name]
         space = from_mapping({**WIDE_SPACE, "name": name}, "benchmarks/landscapes.py")

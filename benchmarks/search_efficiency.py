@@ -113,7 +113,9 @@ def run_search(landscape: Landscape, strategy: str, seed: int, budget: int, roun
     metric, mode = landscape.metric, landscape.mode
     stack = build_search(landscape.space, Objective(metric, mode, rounds), search=search,
                          stage_search="random", samples=budget, seed=seed,
-                         failure_aware=failure_aware, max_concurrent=1, out_dir=out_dir)
+                         failure_aware=failure_aware, max_concurrent=1, out_dir=out_dir,
+                         refusal=getattr(landscape, "refusal", None),
+                         resolved=getattr(landscape, "resolved", None))
     alg = stack.search_alg
     alg.set_search_properties(metric, mode, {})
     gave_up = _GaveUp()

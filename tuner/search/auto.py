@@ -11,15 +11,20 @@ would, then lets a model search the rest.
    budget.py). A value that beats the best by more than any knob left was expected to move
    anything is built on at once, the rest of its knob's values wait for the end of the pass.
    Where values tie within the noise, the point with more knobs set is built on, so that
-   each probe also tries the other settings together. After a pass, every knob swept before
-   another one moved the best point (beyond the noise) is swept again, until nothing moves:
-   coordinate descent. Once swept, a knob's measured effect (what its sweep spanned) takes
-   the catalogue's place in the order. On a landscape whose knobs do not interact this ends
-   at the optimum.
-3. The model (``model.TPEModel``: Optuna's multivariate TPE, seeded with every point
-   measured, failures as infeasible) for the rest of the budget: it finds what one knob at a
-   time cannot, settings that pay off only together; its points are first sought within
-   NEAR knobs of the best point.
+   each probe also tries the other settings together. After a pass, every knob whose sweep
+   started before another one moved the best point (beyond the noise) is swept again, until
+   nothing moves: coordinate descent (a sweep cut short measured its first values before the
+   rest of the pass moved the best point, so its start counts). Once swept, a knob's
+   measured effect (what its sweep spanned) takes the catalogue's place in the order. On a
+   landscape whose knobs do not interact this ends at the optimum.
+3. The model phase for the rest of the budget, for what one knob at a time cannot find:
+   settings that pay off only together. Its proposals take turns: a joint draw (the best
+   point with every knob drawn at once from the values its last sweep could not tell from
+   its best, within twice the noise; a knob with one clear best keeps it, and a knob's unset
+   value is drawn only where it has no tied other: knobs that each cost a little alone and
+   pay together are set together), then the model (``model.TPEModel``: Optuna's
+   multivariate TPE, seeded with every point measured, failures as infeasible), whose points
+   are first sought within NEAR knobs of the best point.
 
 A value that fails in a sweep beside other settings is tried once more alone on the
 baseline: failing there, the failure memory rules it out; running there, it failed only
@@ -42,13 +47,15 @@ from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.base import OwnSpaceSearcher
 from tuner.search.keys import Config, config_key
-from tuner.search.levers import lever_order, probe, spanned, value_order
+from tuner.search.levers import joint_draw, lever_order, probe, spanned, ties, value_order
 from tuner.search.memory import FailureMemory
 from tuner.search.model import TPEModel
 
 BASELINE, SWEEP, MODEL = "baseline", "sweep", "model"
 NEAR = 2  # the model's point is first sought within this many knobs of the best point
 MOVE = 0.01  # the smallest gain (log units) that counts as the best point moving
+TIE = 2.0  # values within this many times the noise of a lever's best tie with it
+JOINT_DRAWS = 50  # draws tried for a new joint point before TPE's turn comes early
 
 
 class Model(Protocol):
@@ -82,8 +89,11 @@ class AutoSearcher(OwnSpaceSearcher):
         self.deferred: list[tuple[str, int]] = []  # levers cut short: (lever, next value)
         self.cut = False  # the last probe gained more than any lever left could
         self.again = False  # sweeping again, levers whose best won narrowly first
-        self.ended: dict[str, int] = {}  # lever -> launches when its last sweep ended
+        self.started: dict[str, int] = {}  # lever -> launches when its last sweep started
         self.tried: dict[str, list[float]] = {}  # lever -> what its last sweep measured
+        self.swept: dict[str, dict[Value, float | None]] = {}  # lever -> value -> its mean
+        # in the lever's last sweep (None: it failed), the best point's own value first
+        self.turn = 0  # the model phase's proposals: joint draws and TPE's take turns
         self.moves: list[tuple[int, str]] = []  # (launch index, lever) of each real gain
         self.index_of: dict[str, int] = {}  # trial -> launch index
         self.phase_of: dict[str, str] = {}  # trial -> baseline | sweep | model
@@ -124,8 +134,6 @@ class AutoSearcher(OwnSpaceSearcher):
                 if probed is not None and self._new(probed):
                     self.probed[trial_id] = (name, value)
                     return self._launch(trial_id, probed, SWEEP)
-            else:
-                self.ended[name] = len(self.phase_of)
             self.lever, self.cut = None, False
         return self._from_model(trial_id)
 
@@ -139,7 +147,7 @@ class AutoSearcher(OwnSpaceSearcher):
             return True
         if not self.plan:
             stale = [lever for lever in self.order
-                     if any(other != lever and index >= self.ended.get(lever, 0)
+                     if any(other != lever and index >= self.started.get(lever, 0)
                             for index, other in self.moves)]
             ranked = lever_order(self.space, self.best(), self.effects())
             self.plan = sorted(stale, key=ranked.index)
@@ -153,9 +161,17 @@ class AutoSearcher(OwnSpaceSearcher):
             self.lever = min(self.plan, key=ranked.index)
             self.plan.remove(self.lever)
         self.value_index = 0
+        self.started[self.lever] = len(self.phase_of)
         best = self._best_value()
         self.tried[self.lever] = [] if best is None else [best]
+        self.swept[self.lever] = {} if best is None else {self.best().get(self.lever): best}
         return True
+
+    def ties(self, lever: str) -> list[Value]:
+        """The values of ``lever`` its last sweep could not tell from its best one: within
+        twice the noise, once for the value's own and once for the best point's (it was picked
+        as the best of many, so its mean is likely high by about as much)."""
+        return ties(self.swept.get(lever, {}), TIE * self._noise(), self._sign)
 
     def effects(self) -> dict[str, float]:
         """Each swept lever's measured effect (what its last sweep spanned, as a factor): it
@@ -168,7 +184,9 @@ class AutoSearcher(OwnSpaceSearcher):
             self.memory is not None and self.memory.ruled_out(point))
 
     def _from_model(self, trial_id: str) -> Config | None:
-        point = self._model_point() or self._local_move()
+        self.turn += 1
+        point = (self.turn % 2 and self._joint_point()) or self._model_point() \
+            or self._local_move()
         if point is None:
             return Searcher.FINISHED  # type: ignore[return-value]
         return self._launch(trial_id, point, MODEL)
@@ -184,6 +202,17 @@ class AutoSearcher(OwnSpaceSearcher):
 
         point = model.propose(lambda p: near(p) and self._new(p) and not self.space.validate(p))
         return point or model.propose(lambda p: self._new(p) and not self.space.validate(p))
+
+    def _joint_point(self) -> Config | None:
+        """The best point with every lever drawn at once from the values its sweep could not
+        tell apart (levers that pay only together, each alone within the noise or slightly
+        worse, are set together; a lever with one clear best keeps it)."""
+        best, choices = self.best(), {lever: self.ties(lever) for lever in self.swept}
+        for _ in range(JOINT_DRAWS):
+            point = joint_draw(self.space, best, choices, self.rng)
+            if point is not None and self._new(point):
+                return point
+        return None
 
     def _local_move(self) -> Config | None:
         """When the model keeps proposing what ran: one knob changed on the best points,
@@ -298,6 +327,10 @@ class AutoSearcher(OwnSpaceSearcher):
         if value is not None and probed is not None and probed[0] in self.tried:
             self.tried[probed[0]].append(value)
         gain = self._gain(value) if value is not None else 0.0
+        if value is not None and probed is not None and probed[0] in self.swept:
+            self.swept[probed[0]][probed[1]] = value
+        elif probed is not None and probed[0] in self.swept:
+            self.swept[probed[0]].setdefault(probed[1], None)
         if gain > self._noise():
             lever = self.probed.get(trial_id, (MODEL, None))[0]
             self.moves.append((self.index_of[trial_id], lever))

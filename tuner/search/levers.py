@@ -4,6 +4,8 @@ point. No Ray here."""
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Mapping
 
 from search_spaces import knobs
@@ -56,3 +58,28 @@ def probe(space: SearchSpace, around: Mapping[str, Value], name: str, value: Val
             return point
     return None
 
+
+
+def ties(measured: Mapping[Value, float | None], noise: float, sign: float = 1.0) -> list[Value]:
+    """The values of a lever its sweep could not tell from its best one: those that ran
+    within ``noise`` (log units) of the best (``sign`` -1: smaller is better)."""
+    ran = {v: m for v, m in measured.items() if m is not None and m > 0}
+    if not ran:
+        return []
+    top = max(sign * math.log(m) for m in ran.values())
+    return [v for v, m in ran.items() if top - sign * math.log(m) <= noise]
+
+
+def joint_draw(space: SearchSpace, around: Mapping[str, Value],
+               choices: Mapping[str, list[Value]], rng: random.Random) -> Config | None:
+    """``around`` with every lever of ``choices`` drawn from its choices at once, the
+    baseline's value only where a lever has no other (levers that pay only together are
+    set together); None when the draw breaks a rule of the space."""
+    baseline = space.baseline()
+    point = dict(around)
+    for name, values in choices.items():
+        options = [v for v in values if v != baseline.get(name)] or values
+        if options:
+            point[name] = rng.choice(options)
+    point = space.complete(point)
+    return None if space.validate(point) else point

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,13 @@ import pytest
 from ray.tune.search import Searcher
 
 from search_spaces import knobs
+from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace, from_mapping
 from tuner.search.auto import BASELINE, MODEL, SWEEP, AutoSearcher
 from tuner.search.budget import estimate, sized_budget, sweep_size
 from tuner.search.build import build_search
 from tuner.search.filtering import FilteringSearcher
-from tuner.search.levers import lever_order, probe, value_order
+from tuner.search.levers import joint_draw, lever_order, probe, ties, value_order
 from tuner.search.memory import FailureMemory
 from tuner.search.model import TPEModel
 from tuner.spec import Objective
@@ -193,12 +195,12 @@ def test_the_model_finds_two_settings_that_pay_only_together() -> None:
     model.add({**base, BACKEND: "torch-symm-mem", "NCCL_PROTO": "LL"}, None)  # a failure
     found = None
     for _ in range(20):
-        point = model.propose(lambda p: str(p) not in seen)
-        assert point is not None and not space.validate(point)
-        seen.add(str(point))
-        model.add(point, needle(point))
-        if needle(point) > 100.0:
-            found = point
+        drawn = model.propose(lambda p: str(p) not in seen)
+        assert drawn is not None and not space.validate(drawn)
+        seen.add(str(drawn))
+        model.add(drawn, needle(drawn))
+        if needle(drawn) > 100.0:
+            found = drawn
             break
     assert found is not None
     again = pickle.loads(pickle.dumps(model))  # rebuilt from its points
@@ -264,3 +266,49 @@ def test_every_lever_is_swept_within_the_sized_budget() -> None:
     assert len(launched) == budget
     assert {lever for lever, _ in searcher.probed.values()} == set(space.domains)
     assert searcher.best()["NCCL_BUFFSIZE"] == 1048576
+
+
+def test_ties_are_the_values_within_the_noise_of_the_best() -> None:
+    measured: dict[Value, float | None] = {None: 100.0, "LL": 101.5, "Simple": 90.0,
+                                           "LL128": None}
+    assert ties(measured, 0.02) == [None, "LL"]  # a failure ties with nothing
+    assert ties(measured, 0.2) == [None, "LL", "Simple"]
+    smaller: dict[Value, float | None] = {None: 10.0, 4: 9.9, 8: 12.0}
+    assert ties(smaller, 0.02, sign=-1.0) == [None, 4]  # smaller wins
+    assert ties({}, 0.02) == []
+
+
+def test_a_joint_draw_sets_the_tied_levers_together_and_keeps_a_clear_best() -> None:
+    space = _space()
+    best = {**space.baseline(), BACKEND: "pcie-ipc"}
+    choices: dict[str, list[Value]] = {BACKEND: ["pcie-ipc"], "NCCL_PROTO": [None, "LL", "Simple"],
+               "NCCL_MAX_NCHANNELS": [None, 4, 16], DRAFTS: [None]}
+    rng = random.Random(0)
+    draws = [joint_draw(space, best, choices, rng) for _ in range(30)]
+    assert all(d is not None and d[BACKEND] == "pcie-ipc" and d[DRAFTS] is None for d in draws)
+    # the baseline's value is left out where a lever has others: set together, not unset
+    assert {d["NCCL_PROTO"] for d in draws if d} == {"LL", "Simple"}
+    assert {d["NCCL_MAX_NCHANNELS"] for d in draws if d} == {4, 16}
+
+
+def test_the_model_phase_draws_levers_that_pay_only_together() -> None:
+    """Three levers, each alone a little worse, the three together +15%: the one-at-a-time
+    sweeps cannot see it; the model phase's joint draws set the tied levers together."""
+    space = from_mapping({"name": "t", "knobs": {
+        "NCCL_IB_QPS_PER_CONNECTION": [1, 2, 4], "NCCL_IB_SPLIT_DATA_ON_QPS": [0, 1],
+        "NCCL_NCHANNELS_PER_NET_PEER": [1, 2, 4], "NCCL_PROTO": ["LL", "Simple"]}}, "test")
+
+    def together(point: dict[str, Any]) -> float:
+        value = {None: 100.0, "LL": 106.0, "Simple": 90.0}[point["NCCL_PROTO"]]
+        on = [point["NCCL_IB_QPS_PER_CONNECTION"] in (2, 4),
+              point["NCCL_IB_SPLIT_DATA_ON_QPS"] == 1,
+              point["NCCL_NCHANNELS_PER_NET_PEER"] in (2, 4)]
+        return value * (1.15 if all(on) else 0.99 if any(on) else 1.0)
+
+    found = 0
+    for seed in range(5):
+        searcher = AutoSearcher(space, 2, seed, "tok_s", "max")
+        launched = _drive(searcher, together, budget=36)
+        model = [p for i, p in enumerate(launched) if searcher.phase_of[f"t{i}"] == MODEL]
+        found += any(together(p) > 106.0 * 1.1 for p in model)
+    assert found == 5
