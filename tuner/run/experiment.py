@@ -16,7 +16,7 @@ from tuner.run.cluster import ray_cluster, trial_slots
 from tuner.run.dashboard import login_lines, reuse_actors
 from tuner.run.environment import EnvironmentWatch
 from tuner.run.finish import RunOutcome
-from tuner.run.fit import FitPlan, fit, restorable
+from tuner.run.fit import FitPlan, fit
 from tuner.run.progress import TrialLines
 from tuner.run.recorder import Recorder
 from tuner.run.replay import replay, search_state
@@ -86,16 +86,14 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
         echo(f"TensorBoard: tensorboard --logdir {out_dir}")
         for note in setup.notes():
             echo(note)
-        # A search resumes from the journal (replay), except one bound to an Optuna study of
-        # its own while Ray's state exists: that searcher comes back from Ray's checkpoint
-        # (a new one would enqueue the baseline into the stored study again).
-        restore = resume and bool(spec.optuna_storage) and restorable(out_dir)
-        journal = search_state(out_dir) if resume and not restore else None
+        # A search resumes from the journal (replay), never from Ray's checkpoint: a driver
+        # killed or stopped at once leaves that checkpoint missing or behind the journal.
+        journal = search_state(out_dir) if resume else None
         study = Study(spec.optuna_storage, study_name(spec.name)) \
-            if spec.optuna_storage and not resume else None
-        if journal is not None and spec.optuna_storage:
-            echo("resuming without Ray's checkpoint: this session's trials are not added to "
-                 "the Optuna study")
+            if spec.optuna_storage else None
+        if journal is not None and study is not None and journal.finished:
+            echo(f"resume: the Optuna study {study.name!r} gets the replayed trials (and the "
+                 "baseline, enqueued first) once more, then this session's")
         stack = build_search(setup.space, setup.objective, search=spec.search,
                              stage_search=spec.stage_search, samples=spec.samples,
                              seed=spec.seed, failure_aware=spec.failure_aware,
@@ -127,8 +125,7 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
                                                                    setup.objective),
             num_samples=samples,
             callbacks=[recorder, *tracker_callbacks(spec.callbacks, spec.name)],
-            reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors), stop=watch),
-            restore=restore)
+            reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors), stop=watch))
         # Read from the folder: a resumed Tuner runs the watch it restored, not this one.
         environment = broken.load(out_dir)
         interrupted = outcome.interrupted and environment is None

@@ -4,10 +4,10 @@ end or until interrupted. Only Ray's public API: ``Tuner``, ``Tuner.restore``,
 ``ResultGrid``.
 
 Resuming: a search resumes from servetune's journal (``tuner.run.replay``): a new Tuner with
-a searcher that replayed the finished trials and the rest of the budget. ``Tuner.restore``
-(tune and run configs from tuner.pkl, the searcher from Ray's checkpoint) is kept for a
-search whose state lives in an Optuna study of its own, and only while Ray's experiment
-state exists. SIGINT/SIGTERM are handled by ``tuner.run.stopping``, not here.
+a searcher that replayed the finished trials, for the rest of the budget. ``Tuner.restore``
+(``restore``) needs Ray's experiment checkpoint, which a driver killed in its first seconds
+never wrote and which lags the journal by up to TUNE_GLOBAL_CHECKPOINT_S otherwise.
+SIGINT/SIGTERM are handled by ``tuner.run.stopping``, not here.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from search_spaces.knobs import Value
 from tuner.output.files import JOURNAL, read_journal
 
 _NOT_METRICS = ("event", "trial_id", "time")
+ITERATION = "training_iteration"
 
 
 class Replayable(Protocol):
@@ -105,6 +106,8 @@ def replay(state: JournalState, searcher: Replayable, watch: Watch | None = None
             open_[tid] = config
         elif kind == "result" and tid in open_:
             result = {k: v for k, v in event.items() if k not in _NOT_METRICS}
+            # Ray's own key, left out of the journal; Optuna's searcher reads it
+            result[ITERATION] = last_result[tid].get(ITERATION, 0) + 1
             last_result[tid] = result
             searcher.on_trial_result(tid, result)
         elif kind == "end" and tid in open_ and final_end[tid] == index:
