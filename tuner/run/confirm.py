@@ -17,6 +17,7 @@ from typing import Any
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import ConcurrencyLimiter
 
+from search_spaces.composite import without_weights
 from search_spaces.knobs import Value
 from tuner.decide import confirm as decide
 from tuner.decide import levels, sequential
@@ -89,7 +90,9 @@ def run_sequence(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, flo
                  fixed: Sequence[Sequence[float]] = ()) -> Batch:
     """Launch the points by the sequential rule (``sequential.next_launch``: point 0 is the
     baseline) until every other point is decided, the cap or the time cap. ``fixed``: launch
-    means known beforehand, per point, that count as its launches (none are made for it)."""
+    means known beforehand, per point, that count as its launches (none are made for it).
+    Launches of these points that an interrupted run already ended (the journal's trials of
+    the same phase and variant) count too: a resumed stage goes on, it does not start over."""
     out, objective = setup.out_dir.resolve(), setup.objective
     started = time.monotonic()
     state: dict[str, Any] = {}
@@ -109,11 +112,38 @@ def run_sequence(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, flo
         return nxt
 
     searcher = AdaptivePoints(points, labels, choose, plan.cap)
+    searcher.assigned.update(_ended_before(setup, points, tags, skip=len(fixed)))
     # Every point may lose launches to its environment: room for as many again.
     interrupted = _fit(setup, spec, resources, slots, searcher, 2 * plan.cap * len(points) + 2,
                        name=name, tags=tags)
     done = searcher.finished and not interrupted
     return Batch(dict(searcher.assigned), not done, state.get("stopped"))
+
+
+def _ended_before(setup: Setup, points: Sequence[Mapping[str, Value]],
+                  tags: Mapping[str, Any], skip: int = 0) -> dict[str, int]:
+    """Trials an earlier, interrupted run of this stage ended, by the point they ran (matched
+    on the journal's phase, variant and config; the first ``skip`` points are never
+    launched): trial id -> point index."""
+    out = setup.out_dir.resolve()
+    df = build_table(out, setup.objective, setup.space.baseline())
+    if df.empty:
+        return {}
+    ran = configs(out)
+    wanted = [without_weights(p) for p in points]
+    wanted[:skip] = [{"<never launched>": True}] * skip
+    variant = tags.get("variant")
+    found: dict[str, int] = {}
+    for _, row in df.iterrows():
+        ran_variant = row.get("variant")
+        same_variant = (ran_variant if isinstance(ran_variant, str) else None) == variant
+        if row["phase"] != tags.get("phase") or not same_variant or \
+                row["status"] in ("running", "interrupted"):
+            continue
+        config = ran.get(str(row["trial_id"]))
+        if config in wanted:
+            found[str(row["trial_id"])] = wanted.index(config)
+    return found
 
 
 def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo: Print

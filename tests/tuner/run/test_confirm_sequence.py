@@ -102,3 +102,29 @@ def test_the_stage_stops_at_the_cap_when_nothing_separates(
     counts = [p for p, _ in launched]
     assert counts.count(0) <= 5 and counts.count(1) <= 5
     assert batch.stopped in ("every candidate decided", "the cap (5 launches each)")
+
+
+def test_a_resumed_stage_goes_on_from_the_launches_it_had(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the H200 a stage cut by the call's time limit started over on --resume: its ended
+    launches now count (matched on phase, variant and config), an interrupted one is made
+    again, and another phase's or variant's trials are not taken."""
+    earlier = pd.DataFrame([
+        {"trial_id": "e0", "phase": "confirm", "variant": None, "status": "ok", "score": 100.0},
+        {"trial_id": "e1", "phase": "confirm", "variant": None, "status": "ok", "score": 150.0},
+        {"trial_id": "e2", "phase": "confirm", "variant": None, "status": "interrupted",
+         "score": None},
+        {"trial_id": "e3", "phase": "search", "variant": None, "status": "ok", "score": 150.0},
+        {"trial_id": "e4", "phase": "confirm", "variant": "no_speculative", "status": "ok",
+         "score": 90.0}])
+    ran = {"e0": POINTS[0], "e1": POINTS[1], "e2": POINTS[1], "e3": POINTS[1], "e4": POINTS[0]}
+    monkeypatch.setattr(confirm, "configs", lambda _: ran)
+    monkeypatch.setattr(confirm, "build_table", lambda *_, **__: earlier)
+    assert confirm._ended_before(_setup(tmp_path), POINTS, {"phase": "confirm"}) == \
+        {"e0": 0, "e1": 1}
+    assert confirm._ended_before(_setup(tmp_path), POINTS, {"phase": "confirm",
+                                                             "variant": "no_speculative"},
+                                 skip=1) == {}
+    assert confirm._ended_before(_setup(tmp_path), [POINTS[1], POINTS[0]],
+                                 {"phase": "confirm", "variant": "no_speculative"},
+                                 skip=1) == {"e4": 1}
