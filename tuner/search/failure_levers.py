@@ -56,6 +56,9 @@ LEVERS: dict[str, Levers] = {
     "watchdog_hang": Levers(_NCCL),
     # SGLang's checks refused the launch: the value may need its partners set
     "invalid_config": Levers(partners=frozenset({Group.SPECULATIVE, Group.GRAPH})),
+    # a server that crashed on a shape it accepted: on the H200, steps 1 beside the user's
+    # topk 4 and draft 16 ("selected index k out of range"), where (1, 1, 2) runs
+    "crashed": Levers(partners=frozenset({Group.SPECULATIVE, Group.GRAPH})),
 }
 
 

@@ -149,3 +149,21 @@ def test_evidence_lines_say_what_where_and_why() -> None:
     [line] = evidence_lines(memory.evidence())
     assert line.startswith("NCCL_PROTO=Simple: nccl_error in t1, t3, beside NCCL_MAX_NCHANNELS=")
     assert "NCCL_MAX_NCHANNELS=4" in line and "(the same configuration" in line
+
+
+def test_a_shape_that_crashed_beside_the_users_partners_is_a_suspect() -> None:
+    """The H200 campaign: the user's shape (5, 4, 16) the baseline, (1, 4, 16) crashed in
+    SGLang ('selected index k out of range') and steps 1 was ruled out for good, so (1, 1, 2)
+    never ran. A crash of a speculative shape depends on its partners: steps 1 is a suspect
+    until it fails beside another topk."""
+    space = from_mapping({"name": "shape", "knobs": {
+        "--speculative-num-steps": [1, 3, 5], "--speculative-eagle-topk": [1, 4]}}, "test")
+    space = space.with_baseline({"--speculative-num-steps": 5, "--speculative-eagle-topk": 4})
+    base = space.baseline()
+    memory = FailureMemory(base, space.domains)
+    memory.record(base, "t0", None)
+    memory.record({**base, "--speculative-num-steps": 1}, "t1", "crashed")
+    assert _ruled(memory) == []
+    assert [s.knob for s in memory.suspects()] == ["--speculative-num-steps"]
+    assert memory.ruled_out({**base, "--speculative-num-steps": 1,
+                             "--speculative-eagle-topk": 1}) == []
