@@ -181,6 +181,9 @@ class Workload(ABC):
 
     # Metrics a round has only with speculative decoding on (a run without it has none).
     speculative_metrics: ClassVar[tuple[str, ...]] = ()
+    # One launch's sd as a share of the mean, where nothing else says (--launch-spread): the
+    # search treats differences within it as ties (TiedASHA).
+    launch_spread: ClassVar[float] = 0.0
 
     def supports(self, knob: Knob) -> bool:
         """Whether a knob has any effect on this workload (others are left out of the space)."""
@@ -220,6 +223,14 @@ class Workload(ABC):
         """Why the server's own checks, asked on the driver (``ctx``: a trial's), refuse
         this configuration: it would end ``invalid_config`` at its preflight. None: they
         accept it, or cannot be asked here."""
+        return None
+
+    def resolved_knobs(self, config: Mapping[str, Value], ctx: TrialContext
+                       ) -> dict[str, Value] | None:
+        """What the server's own resolution, asked on the driver (``ctx``: a trial's), sets
+        this configuration's flag knobs to, unset ones included (SGLang picks the speculative
+        shape itself), by knob name. None: unknown here. The search completes a suggestion
+        the checks refuse alone with its partners at the baseline's values."""
         return None
 
     def ran(self, config: Mapping[str, Value], trial_dir: Path) -> dict[str, Value]:

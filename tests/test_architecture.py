@@ -23,7 +23,7 @@ RAY_MODULES = frozenset({
     "tuner.run.screen", "tuner.run.trackers", "tuner.run.environment", "tuner.search.base",
     "tuner.search.space_searcher", "tuner.search.filtering", "tuner.search.staged",
     "tuner.search.fixed", "tuner.search.build", "tuner.run.nodes", "tuner.search.auto",
-    "tuner.search.adaptive",
+    "tuner.search.adaptive", "tuner.search.tied",
 })
 # Modules that must work without Ray: reading results, deciding, reporting, one trial.
 RAY_FREE = ("tuner.output.report", "tuner.output.results", "tuner.output.exports",

@@ -53,6 +53,12 @@ class Setup:
         return out + self.left_out
 
     @property
+    def spread(self) -> float:
+        """One launch's sd as a share of the mean: the user's, else the workload's."""
+        given = self.spec.launch_spread
+        return self.workload.launch_spread if given is None else given
+
+    @property
     def out_dir(self) -> Path:
         return self.spec.out_dir
 

@@ -103,6 +103,9 @@ class ExperimentSpec(BaseModel):
         "the confirm stage's cap: fresh launches per config at most (0: no confirm stage)"))
     confirm_time: float | None = Field(None, gt=0, description=(
         "the confirm stage's time cap in seconds (None: none)"))
+    launch_spread: float | None = Field(None, ge=0, le=1, description=(
+        "one launch's sd as a share of the mean: the search treats differences within it as "
+        "ties (None: the workload's own figure)"))
     confirm_top: int = Field(3, ge=1)
     weights: Literal["auto", "real", "dummy"] = Field("auto", description=(
         "which weights the search's servers load: per stage (auto), the checkpoint's, or "

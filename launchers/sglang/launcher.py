@@ -186,6 +186,7 @@ class SGLangWorkload(Workload):
     default_metric: ClassVar[str] = "output_throughput"
     step_spans: ClassVar[tuple[StepSpans, ...]] = (STEP_SPANS,)
     default_mode: ClassVar[str] = "max"
+    launch_spread: ClassVar[float] = 0.10  # the H200's launches: ~20% apart (real-sglang.md)
     measurement_env: ClassVar[tuple[str, ...]] = (
         *Workload.measurement_env,
         "SGLANG_ENABLE_METRICS_DEVICE_TIMER", "SGLANG_RECORD_STEP_TIME", "SGLANG_LOG_MS")
@@ -343,6 +344,13 @@ class SGLangWorkload(Workload):
         if not self.args.preflight:
             return None
         return answers.rejection(*self._answers(self.plan(config, ctx), ctx))
+
+    def resolved_knobs(self, config: Mapping[str, Value], ctx: TrialContext
+                       ) -> dict[str, Value] | None:
+        """SGLang's resolution of the command as knob values (resolved.knob_values), cached."""
+        if not self.args.preflight:
+            return None
+        return resolved.knob_values(self._answers(self.plan(config, ctx), ctx)[1])
 
     def dataset(self, seed: int = 0) -> datasets.Dataset:
         """The prompts this workload sends. Raises datasets.DatasetError."""

@@ -101,7 +101,9 @@ class Experiment:
     def args(self, *extra: str, server: str | None = None, ready_timeout: float = 20.0
              ) -> list[str]:
         """The usual flags: the stand-in, 8 logical GPUs, short rounds, no confirm stage."""
+        # --launch-spread: the stand-in's launches differ by its round noise alone (1%)
         return ["--model", str(self.model), "--server-cmd", server or stand_in(),
+                "--launch-spread", "0.02",
                 "--num-gpus", "8", "--port", "0", "--confirm", "0", "--input-len", "16",
                 "--output-len", "32", "--requests-per-round", "2", "--stop-grace", "1",
                 "--ready-timeout", str(ready_timeout), "--no-preflight", *self.base_args,

@@ -151,6 +151,11 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
                    f"(default {CONFIRM_CAP}, at least 3; 0 skips the stage)")
     o.add_argument("--confirm-time", type=float, metavar="SECONDS",
                    help="the confirm stage stops launching after this long (default: no limit)")
+    o.add_argument("--launch-spread", type=float, metavar="FRACTION",
+                   help="how far apart launches of one config fall (sd / mean): ASHA never stops "
+                   "a trial within it of the best at its round, and every config within it of "
+                   "the search's best reaches the confirm stage (default: the workload's, 0.10 "
+                   "for SGLang; 0 turns it off)")
     o.add_argument("--confirm-top", type=int, default=3, metavar="K",
                    help="configs the confirm stage re-runs besides the baseline (default 3)")
     o.add_argument("--callback", action="append", default=[], choices=["wandb", "mlflow"],

@@ -267,7 +267,7 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         "nodes_per_trial": args.nodes_per_trial,
         "num_gpus": args.num_gpus, "num_cpus": args.num_cpus, "address": address,
         "dashboard": not args.no_dashboard, "confirm": args.confirm,
-        "confirm_time": args.confirm_time,
+        "confirm_time": args.confirm_time, "launch_spread": args.launch_spread,
         **({"stop_grace": args.stop_grace} if args.stop_grace is not None else {}),
         "confirm_top": args.confirm_top, "screen": args.screen, "screen_top": args.screen_top,
         "screen_spread": args.screen_spread,

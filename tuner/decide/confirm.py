@@ -17,6 +17,7 @@ the same rule.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,10 +49,12 @@ def _key(config: Mapping[str, Any]) -> str:
 
 def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
                baseline: Mapping[str, Value], mode: str, top: int,
-               objective: Objective | None = None) -> list[Candidate]:
+               objective: Objective | None = None, spread: float = 0.0) -> list[Candidate]:
     """The baseline, then the best ``top`` distinct non-baseline configs that completed every
-    round of the search within the limits; with several concurrency levels, also each other
-    level's best (``best c<level>``) when it is not among them."""
+    round of the search within the limits, and after them any within ``spread`` (one
+    launch's sd, on the log scale) of the best: a single launch cannot rank those (twice
+    ``top`` at most); with several concurrency levels, also each other level's best
+    (``best c<level>``) when it is not among them."""
     search = search_rows(df)
     base_rows = search[search["baseline"]] if not search.empty else search
     base_id = str(base_rows["trial_id"].iloc[0]) if len(base_rows) else None
@@ -61,14 +64,19 @@ def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
         return out
     done = search[(search["status"] == "ok") & search["score"].notna() & ~search["baseline"]]
     seen = {_key(baseline)}
+    best: float | None = None
     for _, row in done[feasible(done)].sort_values("score", ascending=mode == "min").iterrows():
         config = dict(configs.get(str(row["trial_id"]), {}))
+        score = finite(row["score"])
         if not config or _key(config) in seen:
             continue
-        seen.add(_key(config))
-        out.append(Candidate(f"top {len(out)}", config, str(row["trial_id"]), finite(row["score"])))
-        if len(out) > top:
+        best = score if best is None else best
+        tied = score is not None and best is not None and score > 0 and best > 0 and \
+            abs(math.log(score / best)) <= spread
+        if len(out) > top and (not tied or len(out) > 2 * top):
             break
+        seen.add(_key(config))
+        out.append(Candidate(f"top {len(out)}", config, str(row["trial_id"]), score))
     levels = objective.levels if objective is not None and objective.per_level else ()
     for level in levels:
         assert objective is not None

@@ -158,7 +158,7 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
     baseline = setup.space.baseline()
     df = build_table(out, objective, baseline)
     cands = decide.candidates(df, configs(out), baseline, objective.mode, spec.confirm_top,
-                              objective)
+                              objective, setup.spread)
     plan = Plan(cap=max(spec.confirm, 1), time_s=spec.confirm_time)
     data: dict[str, Any] = {"metric": objective.metric, "mode": objective.mode,
                             "repeats": spec.confirm, "cap": spec.confirm, "top": spec.confirm_top,

@@ -121,8 +121,8 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
         outcome = fit(FitPlan(
             name=out_dir.name, storage=out_dir.parent,
             trainable=make_trainable(setup, spec, resources), objective=setup.objective,
-            search_alg=stack.search_alg, scheduler=build_scheduler(spec.scheduler,
-                                                                   setup.objective),
+            search_alg=stack.search_alg,
+            scheduler=build_scheduler(spec.scheduler, setup.objective, spread=setup.spread),
             num_samples=samples,
             callbacks=[recorder, *tracker_callbacks(spec.callbacks, spec.name)],
             reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors), stop=watch))

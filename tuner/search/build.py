@@ -25,6 +25,7 @@ from tuner.search.memory import FailureMemory
 from tuner.search.space_searcher import SpaceSearcher
 from tuner.search.staged import StagedSearcher
 from tuner.search.study import open_storage, study_name
+from tuner.search.tied import TiedASHA
 from tuner.spec import Objective
 from tuner.weights import SEARCH, WeightPlan
 
@@ -176,10 +177,15 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     return SearchStack(limited, filtering, staged, samples, notes)
 
 
-def build_scheduler(name: str, objective: Objective, reduction_factor: int = 3
-                    ) -> TrialScheduler:
+def build_scheduler(name: str, objective: Objective, reduction_factor: int = 3,
+                    spread: float = 0.0) -> TrialScheduler:
     """Early stopping on the per-round metric (reported under one name every round).
-    ASHA keeps the top 1/``reduction_factor`` at each rung (rounds 1, rf, rf^2, ...)."""
+    ASHA keeps the top 1/``reduction_factor`` at each rung (rounds 1, rf, rf^2, ...); with a
+    launch-to-launch ``spread``, a trial within it of the rung's best goes on (TiedASHA)."""
+    if name == "asha" and spread > 0:
+        return TiedASHA(spread=spread, time_attr="round", metric_key=objective.search_metric,
+                        mode=objective.mode, max_t=objective.rounds, grace_period=1,
+                        reduction_factor=reduction_factor)
     if name == "asha":
         return ASHAScheduler(time_attr="round", max_t=objective.rounds, grace_period=1,
                              reduction_factor=reduction_factor)
