@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from launchers.sglang.preflight import Resolution
+from search_spaces.knobs import Value
 
 RESOLVED_FILE = "resolved.json"
 SERVER_FILE = "server_resolved.json"
@@ -43,6 +44,22 @@ def key(resolution: Resolution, env: Mapping[str, str]) -> str | None:
     text = json.dumps([comparable(resolution.resolved), sorted(env.items())], sort_keys=True,
                       default=str)
     return "sglang:" + hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def knob_values(resolution: Resolution | None) -> dict[str, Value] | None:
+    """SGLang's resolved arguments as flag knobs' values: ``speculative_num_steps`` is
+    ``--speculative-num-steps``; a float as text (a knob's non-integer values are), a field
+    left unset or not a plain value left out. None when SGLang could not resolve it here."""
+    if resolution is None or not resolution.ok or resolution.resolved is None:
+        return None
+    out: dict[str, Value] = {}
+    for field, value in comparable(resolution.resolved).items():
+        name = "--" + field.replace("_", "-")
+        if isinstance(value, float):
+            out[name] = str(value)
+        elif isinstance(value, (bool, int, str)):
+            out[name] = value
+    return out
 
 
 def shown(resolved: Mapping[str, Any] | None) -> dict[str, Any]:
