@@ -140,3 +140,13 @@ def test_weights() -> None:
     assert re.fullmatch(rf"random weights: -?\d+% less campaign wall time than real weights "
                         rf"everywhere \({NUMBER} s vs {NUMBER} s; servetune {NUMBER} s vs "
                         rf"{NUMBER} s\), same decision: yes", lines[-1]), lines[-1]
+
+
+def test_confirm_power() -> None:
+    """BENCHMARKS: the sequential confirm stage's error rates, simulated (no launches)."""
+    lines = run_script("confirm_power", "--stages", "60", "--cap", "10")
+    rows = {line.split("|")[1].strip(): line for line in lines if line.startswith("| 0.")}
+    assert set(rows) == {"0.05", "0.10", "0.15", "0.20"}, lines
+    cells = [c.strip() for c in rows["0.05"].split("|")[2:-1]]
+    assert float(cells[-1].split("%")[0]) >= 90  # 1.5x at a 5% spread: nearly always
+    assert float(cells[0].split("%")[0]) <= 15  # 1.02x: seldom
