@@ -24,6 +24,7 @@ from tuner.run.stopping import stop_on_signals
 from tuner.run.trackers import tracker_callbacks
 from tuner.run.trainable import make_trainable
 from tuner.search.build import Study, build_scheduler, build_search
+from tuner.search.keys import Resolved
 from tuner.search.study import study_name
 from tuner.setup import Print, Setup, prepare, stdout_print
 from tuner.spec import ExperimentSpec
@@ -40,6 +41,13 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
 
     with stop_on_signals(setup.marker_prefix, out_dir, save, echo) as arm:
         return _run(setup, spec, out_dir, resume=resume, echo=echo, arm=arm)
+
+
+def resolved_knobs(setup: Setup) -> Resolved:
+    """What the workload resolves a configuration to, as knob values, asked on the driver as
+    its identity and refusal are (a trial's context, the experiment's cache): the partners
+    a suggestion its checks refuse alone is completed with (the baseline's)."""
+    return lambda config: setup.workload.resolved_knobs(config, setup._driver_context())
 
 
 def _reap_leftovers(setup: Setup, echo: Print) -> None:
@@ -100,7 +108,7 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
                              max_concurrent=slots, out_dir=out_dir,
                              points=spec.points or None, study=study,
                              weights=setup.weights, identity=setup.identity,
-                             refusal=setup.refusal,
+                             refusal=setup.refusal, resolved=resolved_knobs(setup),
                              workload=setup.workload.kind)
         if study is not None:
             echo(f"Optuna study {study.name!r} in {study.storage} "
