@@ -237,6 +237,15 @@ class AutoSearcher(OwnSpaceSearcher):
                 self.model.add(config, value)
         return self.model
 
+    def completed(self, trial_id: str, config: Config) -> None:
+        """The filter completed this suggestion with partners (what the workload resolved for
+        the baseline): the point that runs is ``config``, and the sweeps build on it (where
+        its partners are values of the space: the model knows no others)."""
+        if trial_id in self.config_of and all(
+                config.get(n) in values for n, values in self.space.domains.items()):
+            self.launched.add(config_key(config))
+            self.config_of[trial_id] = dict(config)
+
     def _launch(self, trial_id: str, config: Config, phase: str) -> Config:
         self.index_of[trial_id] = len(self.phase_of)
         self.phase_of[trial_id] = phase

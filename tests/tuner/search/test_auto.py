@@ -312,3 +312,20 @@ def test_the_model_phase_draws_levers_that_pay_only_together() -> None:
         model = [p for i, p in enumerate(launched) if searcher.phase_of[f"t{i}"] == MODEL]
         found += any(together(p) > 106.0 * 1.1 for p in model)
     assert found == 5
+
+
+def test_a_suggestion_completed_with_partners_is_what_the_sweeps_build_on() -> None:
+    """The filter completes a refused suggestion with partners and says so (``completed``):
+    the searcher's best point is the configuration that ran, not the one it asked for; a
+    completion with values outside the space is not adopted (the model knows none)."""
+    space = _space()
+    searcher = AutoSearcher(space, 2, 0, "tok_s", "max")
+    searcher.set_search_properties("tok_s", "max", {})
+    asked = searcher.suggest("t0")
+    ran = {**asked, "NCCL_PROTO": "LL"}
+    searcher.completed("t0", ran)
+    searcher.on_trial_complete("t0", {"tok_s": 100.0, "round": 1})
+    assert searcher.best() == ran
+    searcher.suggest("t1")
+    searcher.completed("t1", {**searcher.config_of["t1"], "NCCL_PROTO": "LL128"})
+    assert searcher.config_of["t1"]["NCCL_PROTO"] != "LL128"
