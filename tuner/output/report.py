@@ -1,6 +1,7 @@
 """The experiment report: DIR/report.html with its PNG plots in DIR/plots/, and the same facts
 as Markdown for DIR/best/report.md. ``servetune report DIR`` renders both from what is on
-disk (servetune.json, results.jsonl, confirm.json, run.json, ruled_out.json)."""
+disk (servetune.json, results.jsonl, confirm.json, run.json, ruled_out.json,
+suspects.json)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import pandas as pd
 
 from search_spaces.knobs import DUMMY, WEIGHTS
 from tuner.output import pareto, plots, proposals, readiness
+from tuner.output import ruled_out as failure_memory
 from tuner.output.confirm_text import lines as confirm_lines
-from tuner.output.files import RULED_OUT_JSON, RUN_JSON, read_json
+from tuner.output.files import RUN_JSON, read_json
 from tuner.output.progress import settings_text
 from tuner.output.ran import row_configs, trial_ran
 from tuner.output.results import BREAKS, search_rows
@@ -26,6 +28,10 @@ from tuner.stats import Interval
 from tuner.weights import LIMIT
 
 REPORT_HTML = "report.html"
+SUSPECT = ("Failed, but only beside the same values of the levers that can change that "
+           "failure (or never at the end likelier to mend it): no verdict. The search retries "
+           "such a value beside other values of those levers, within a share of its budget, and "
+           "does not launch it again beside the ones it failed with.")
 PLOTS_DIR = "plots"
 Table = list[list[str]]  # the first row is the header
 
@@ -60,6 +66,7 @@ class Facts:
     startup: Table = field(default_factory=list)  # time to ready per stage and weights
     campaign: list[str] = field(default_factory=list)  # wall time, what random weights saved
     ruled_out: Table = field(default_factory=list)  # setting, kind, failing trials, evidence
+    suspects: Table = field(default_factory=list)  # failed, not ruled out: where, why not
 
 
 def _cell(value: Any) -> str:
@@ -136,7 +143,7 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
         failures.append([str(kind), str(len(group)), str(first["trial_id"]),
                          " ".join(str(first.get("failure") or "").split())[:300],
                          _cell(first.get("hint")) if isinstance(first.get("hint"), str) else "-"])
-    ruled_out = ruled_out_table(read_json(out / RULED_OUT_JSON) or [])
+    ruled, suspects = failure_memory.load(out)
     notes = setup.space_notes()
     counts = ", ".join(f"{v} {k}" for k, v in sorted(df["status"].value_counts().items())) \
         if not df.empty else "no trials"
@@ -153,21 +160,8 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                  str(decision.get("kind") or "none"), chosen,
                  [ln for ln in confirm_lines(confirm_data or {}) if ln.startswith("  ")
                   or ln.startswith("confirm")], spec_text, top, failures, notes, counts,
-                 *level_table(setup, df, confirm_data), startup, campaign, ruled_out)
-
-
-def ruled_out_table(items: Sequence[Mapping[str, Any]]) -> Table:
-    """What the failure memory ruled out (ruled_out.json), each with its evidence: the failing
-    trials and the trials that cleared the rest of their settings."""
-    if not items:
-        return []
-    rows: Table = [["setting", "failure", "failed in", "evidence"]]
-    for item in items:
-        value = item.get("value")
-        rows.append([f"{item.get('knob')}={'unset' if value is None else value}",
-                     str(item.get("kind")), ", ".join(map(str, item.get("trials") or [])),
-                     str(item.get("why") or "-")])
-    return rows
+                 *level_table(setup, df, confirm_data), startup, campaign,
+                 failure_memory.ruled_out_table(ruled), failure_memory.suspects_table(suspects))
 
 
 def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
@@ -237,6 +231,8 @@ def markdown(f: Facts) -> str:
               *(["### Ruled out, and on what evidence", "",
                  "Not launched again: each failed where nothing else could explain it.", "",
                  *_md_table(f.ruled_out), ""] if f.ruled_out else []),
+              *(["### Suspect, not ruled out", "", SUSPECT, "", *_md_table(f.suspects), ""]
+                if f.suspects else []),
               "## Time to ready", "", *[f"- {line}" for line in f.campaign], "",
               *_md_table(f.startup), ""]
     if f.notes:
@@ -305,6 +301,8 @@ def html_page(f: Facts, folder: Path, shown: Sequence[Plot]) -> str:
               *(["<h3>Ruled out, and on what evidence</h3><p>Not launched again: each failed "
                  "where nothing else could explain it.</p>", _html_table(f.ruled_out)]
                 if f.ruled_out else []),
+              *([f"<h3>Suspect, not ruled out</h3><p>{e(SUSPECT)}</p>",
+                 _html_table(f.suspects)] if f.suspects else []),
               "<h2>Time to ready</h2>", *[f"<p>{e(line)}</p>" for line in f.campaign],
               _html_table(f.startup),
               "<h2>What was searched</h2>", _html_table(f.space),

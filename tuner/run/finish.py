@@ -16,7 +16,8 @@ import pandas as pd
 from tuner.decide.confirm import search_decision, served
 from tuner.decide.decision import Decision
 from tuner.output import broken, confirm_text, exports, proposals, report
-from tuner.output.files import BEST_DIR, JOURNAL, RESULTS_CSV, RULED_OUT_JSON, read_journal, write_json
+from tuner.output import ruled_out as failure_memory
+from tuner.output.files import BEST_DIR, JOURNAL, RESULTS_CSV, read_journal
 from tuner.output.readiness import campaign
 from tuner.output.results import collect, configs, search_rows, summary_lines, write_table
 from tuner.run.profile import after_run
@@ -44,10 +45,13 @@ def table(setup: Setup, running: bool = False) -> pd.DataFrame:
     return write_table(setup.out_dir, setup.objective, setup.space.baseline(), running)
 
 
-def ruled_out(setup: Setup) -> list[dict[str, Any]]:
-    """What the failure memory ruled out, rebuilt from the journal's ends in their order."""
+def memory(setup: Setup) -> FailureMemory | None:
+    """The failure memory the run built, rebuilt from the journal's ends in their order over
+    the space's domains as the live one had them (its levers, the ends it reads): what it
+    kept as a suspect stays one. A failure the space's rules or the workload's checks refuse
+    taught it nothing (FilteringSearcher.record_outcome), nor does it here."""
     if not setup.spec.failure_aware:
-        return []
+        return None
     trials = collect(setup.out_dir)
     outcomes = []
     for event in read_journal(setup.out_dir / JOURNAL):
@@ -55,9 +59,13 @@ def ruled_out(setup: Setup) -> list[dict[str, Any]]:
         if event.get("event") != "end" or tid not in trials or trials[tid]["phase"] != "search":
             continue
         failure = event.get("failure") or {}
-        outcomes.append((str(tid), trials[tid]["config"],
-                         failure.get("kind") if event.get("status") == "failed" else None))
-    return FailureMemory.replay(setup.space.baseline(), outcomes).evidence()
+        kind = failure.get("kind") if event.get("status") == "failed" else None
+        config = trials[tid]["config"]
+        if kind is not None and (setup.space.validate(config) or (
+                kind == "invalid_config" and setup.refusal(config))):
+            continue
+        outcomes.append((str(tid), config, kind))
+    return FailureMemory.replay(setup.space.baseline(), outcomes, setup.space.domains)
 
 
 def decision_data(setup: Setup, df: pd.DataFrame, why: str) -> dict[str, Any]:
@@ -99,10 +107,14 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
             echo(line)
         echo(f"results: {out / RESULTS_CSV}")
         return RunOutcome(out, df, None, False, lines, broken_environment=True)
-    evidence = ruled_out(setup)
-    if evidence:
-        write_json(out / RULED_OUT_JSON, evidence)
-        lines.append("ruled out on evidence: " + "; ".join(e["evidence"] for e in evidence))
+    built = memory(setup)
+    if built is not None:  # ruled_out.json, suspects.json: what failed, where, and why
+        evidence, suspects = built.evidence(), built.suspected()
+        failure_memory.write(out, evidence, suspects)
+        if evidence:
+            lines.append("ruled out on evidence: " + "; ".join(e["evidence"] for e in evidence))
+        if suspects:
+            lines.append("suspect, not ruled out: " + "; ".join(s["evidence"] for s in suspects))
     if confirm_data is None:
         why = "the run was interrupted before the confirm stage" if interrupted \
             else "no confirm stage ran"

@@ -32,7 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from search_spaces.knobs import Value, without_weights
+from tuner.output.ruled_out import evidence_lines
 from tuner.search.failure_levers import extreme, relevant
+
+__all__ = ["FailureMemory", "Suspect", "Verdict", "evidence_lines"]
 
 # Failure kinds that say nothing about the configuration itself.
 ENVIRONMENTAL = frozenset({"port_busy", "gpu_busy", "not_modelled", "node_lost"})
@@ -61,6 +64,7 @@ class Suspect:
     trials: list[str]
     levers: tuple[str, ...]
     where: list[dict[str, Value]]  # the levers' values in each failure
+    untried: dict[str, Value] = field(default_factory=dict)  # each lever's end not failed at
 
     @property
     def knob(self) -> str:
@@ -71,9 +75,18 @@ class Suspect:
         value: Value = json.loads(self.setting[1])
         return value
 
+    def why(self) -> str:
+        beside = " and beside ".join(", ".join(f"{n}={'unset' if v is None else v}"
+                                               for n, v in w.items()) for w in self.where)
+        if self.untried:
+            return (f"it failed beside {beside}, never at " + ", ".join(
+                f"{n}={v}" for n, v in self.untried.items()) + f", likelier to mend {self.kind}")
+        return (f"it failed only beside {beside}, not yet beside other values of "
+                f"{', '.join(self.levers)}")
+
     def text(self) -> str:
-        return (f"{_show(self.setting)}: suspect after {self.kind} in {', '.join(self.trials)}"
-                f" (retried beside other {', '.join(self.levers)})")
+        return (f"{_show(self.setting)}: {self.kind} in {', '.join(self.trials)}, suspect, "
+                f"not ruled out ({self.why()})")
 
 
 @dataclass
@@ -161,7 +174,7 @@ class FailureMemory:
             where = [self._where(f, levers) for f in failures]
             if levers and not self._differ(kind, levers, where):
                 suspects.append(Suspect(setting, kind, [f.trial for f in failures], levers,
-                                        where))
+                                        where, self._untried(kind, levers, where)))
                 continue
             alone = next((f for f in failures if f.settings == {setting}), None)
             paired = None if alone is None else next(
@@ -182,6 +195,15 @@ class FailureMemory:
         return all(end is None or end in {w[n] for w in where}
                    for n in levers if self.domains is not None and n in self.domains
                    for end in [extreme(kind, n, self.domains[n])])
+
+    def _untried(self, kind: str, levers: tuple[str, ...], where: list[dict[str, Value]]
+                 ) -> dict[str, Value]:
+        """The end the table points to, of each lever whose failures never reached it."""
+        if self.domains is None or len({json.dumps(w, sort_keys=True) for w in where}) < 2:
+            return {}
+        return {n: end for n in levers if n in self.domains
+                if (end := extreme(kind, n, self.domains[n])) is not None
+                and end not in {w[n] for w in where}}
 
     def _where(self, failed: Failed, levers: tuple[str, ...]) -> dict[str, Value]:
         given = {n: json.loads(v) for n, v in failed.settings}
@@ -206,6 +228,14 @@ class FailureMemory:
                  **({"levers": list(v.levers), "where": v.where} if v.levers else {})}
                 for v in self.verdicts()]
 
+    def suspected(self) -> list[dict[str, Any]]:
+        """Every suspect now (failed, not ruled out), with where it failed and why that is no
+        verdict: suspects.json's entries."""
+        return [{"knob": s.knob, "value": s.value, "kind": s.kind, "trials": list(s.trials),
+                 "levers": list(s.levers), "where": s.where, "evidence": s.text(),
+                 "why": s.why(), **({"untried": s.untried} if s.untried else {})}
+                for s in self.suspects()]
+
     def lines(self) -> list[str]:
         """What was ruled out, where and why, and what is only suspect: lines for a report."""
         return [*(v.text() for v in self.verdicts()), *(s.text() for s in self.suspects())]
@@ -224,16 +254,3 @@ class FailureMemory:
             memory.record(config, trial_id, kind)
         return memory
 
-
-def evidence_lines(items: Iterable[Mapping[str, Any]]) -> list[str]:
-    """ruled_out.json's entries (``FailureMemory.evidence``) as lines for a report: what was
-    ruled out, in which trials, where (the levers that matter and their values) and why."""
-    lines = []
-    for item in items:
-        value = item.get("value")
-        where = "; ".join(", ".join(f"{n}={'unset' if v is None else v}" for n, v in w.items())
-                          for w in item.get("where") or [])
-        lines.append(f"{item.get('knob')}={'unset' if value is None else value}: "
-                     f"{item.get('kind')} in {', '.join(map(str, item.get('trials') or []))}"
-                     + (f", beside {where}" if where else "") + f" ({item.get('why')})")
-    return lines

@@ -167,3 +167,9 @@ def test_a_shape_that_crashed_beside_the_users_partners_is_a_suspect() -> None:
     assert [s.knob for s in memory.suspects()] == ["--speculative-num-steps"]
     assert memory.ruled_out({**base, "--speculative-num-steps": 1,
                              "--speculative-eagle-topk": 1}) == []
+    [entry] = memory.suspected()  # suspects.json: where it failed, why that is no verdict
+    assert entry["where"] == [{"--speculative-eagle-topk": 4}] and "untried" not in entry
+    assert memory.lines() == [
+        "--speculative-num-steps=1: crashed in t1, suspect, not ruled out (it failed only "
+        "beside --speculative-eagle-topk=4, not yet beside other values of "
+        "--speculative-eagle-topk)"]
