@@ -129,11 +129,13 @@ def test_tp_larger_than_a_node(tmp_path: Path) -> None:
     assert_bad_input(done, "--tp 16", "8 GPUs")
 
 
-def test_server_arg_repeats_a_knob(tmp_path: Path) -> None:
+def test_server_arg_repeats_a_pinned_knob(tmp_path: Path) -> None:
     # "--server-arg --flag": the value starts with '--' and must still be taken as the value.
-    done = servetune(tmp_path, *run_args(tmp_path, "--space", "fusion", "--server-arg",
+    # A searched knob given there is the user's baseline; one pinned too is said twice.
+    done = servetune(tmp_path, *run_args(tmp_path, "--space", "fusion", "--pin",
+                                         "enable-mscclpp=false", "--server-arg",
                                          "--enable-mscclpp"))
-    assert_bad_input(done, "--enable-mscclpp", "knob")
+    assert_bad_input(done, "--enable-mscclpp", "--pin sets too")
 
 
 def test_server_arg_repeats_a_flag_servetune_sets(tmp_path: Path) -> None:
