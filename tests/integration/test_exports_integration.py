@@ -54,6 +54,6 @@ def test_exports_of_a_real_run(confirmed_run: Run) -> None:
     assert flags(argv) == flags(user) | flags(knob_argv(served)), argv
     assert env == knob_env(served)[0] and tuple(unset) == knob_env(served)[1]
     md = (out / "best" / "report.md").read_text()
-    assert "beats the default beyond noise" in md and "Speculative decoding pays off" in md
+    assert "beats the baseline beyond launch-to-launch noise" in md and "Speculative decoding pays off" in md
 
 

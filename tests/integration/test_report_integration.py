@@ -34,7 +34,7 @@ def reported(confirmed_run: Run) -> Run:
 def test_report_writes_the_html_and_every_plot(reported: Run) -> None:
     out, printed = reported.exp.out, reported.result.stdout
     assert f"wrote {out / 'report.html'}" in printed
-    assert "decision: top " in printed and "confirm (3 fresh launches each" in printed
+    assert "decision: top " in printed and "confirm (fresh launches, alternating, at most 3 each" in printed
     for name in PLOTS:
         path = out / "plots" / f"{name}.png"
         with Image.open(path) as im:

@@ -326,7 +326,8 @@ def confirm_intervals(data: Mapping[str, Any] | None, path: Path) -> bool:
     ax.invert_yaxis()
     ax.set_xlabel(f"{metric} (dots: single launches; bars: 95% interval of the mean)")
     kind = (data.get("decision") or {}).get("kind", "")
-    ax.set_title(f"confirm stage: {data.get('repeats')} fresh launches each; decision: {kind}")
+    ax.set_title(f"confirm stage: at most {data.get('repeats')} fresh launches each; "
+                 f"decision: {kind}")
     ax.grid(alpha=0.3, axis="x")
     if any(e["label"] == "baseline" and e["objective"]["low"] is not None for e in entries):
         ax.legend(loc="lower right", fontsize=8)

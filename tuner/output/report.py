@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from search_spaces.knobs import DUMMY, WEIGHTS
-from tuner.output import pareto, plots, proposals, readiness
+from tuner.output import pareto, partners, plots, proposals, readiness
 from tuner.output import ruled_out as failure_memory
 from tuner.output.confirm_text import lines as confirm_lines
 from tuner.output.files import RUN_JSON, read_json
@@ -100,8 +100,9 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                       f"{spec.rounds} benchmark rounds each"],
            ["early stopping", spec.scheduler],
            ["objective", f"{objective.metric} ({objective.mode}imize), mean over a trial's rounds"],
-           ["confirm", f"top {spec.confirm_top} and the baseline, {spec.confirm} fresh launches "
-                       "each, 95% Student-t intervals" if spec.confirm else "skipped (--confirm 0)"],
+           ["confirm", f"top {spec.confirm_top} and the baseline, fresh launches alternating "
+                       f"until decided, at most {spec.confirm} each (ratio of launch means, "
+                       "Welch, 95% over the looks)" if spec.confirm else "skipped (--confirm 0)"],
            ["resources", f"{run.get('nodes', '?')} node(s), GPUs per node "
                          f"{run.get('gpus_per_node', '?')}, {run.get('gpus_per_trial', '?')} "
                          "GPU(s) per trial (a whole node)"]]
@@ -151,6 +152,7 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
     if setup.weights.applies or setup.weights.note:
         how.append(["weights", setup.weights.summary()])
     how += [["not launched", line.partition(": ")[2]] for line in proposals.lines(out)]
+    how += [["partners completed", line.partition(": ")[2]] for line in partners.lines(out)]
     notes += proposals.refusals(out)
     if WEIGHTS in df and (df[WEIGHTS] == DUMMY).any():
         notes.append(f"random weights: {LIMIT}")
