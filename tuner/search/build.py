@@ -16,6 +16,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from search_spaces.space import SearchSpace
 from tuner.output.files import REJECTED, STAGES_JSON, append_jsonl
+from tuner.output.partners import COMPLETED
 from tuner.search.auto import AutoSearcher
 from tuner.search.budget import estimate, sized_budget
 from tuner.search.filtering import FilteringSearcher
@@ -81,7 +82,10 @@ class _StageInner:
         return leaf_searcher(kind or self.kind, space, self.objective, seed, study)
 
 
-class _RejectLog:
+class _JsonlLog:
+    """Appends each entry to a JSON-lines file of the experiment's (picklable, unlike a
+    closure): rejected.jsonl, completed.jsonl."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
 
@@ -137,7 +141,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     if sized and not points:
         took = estimate(samples, objective.rounds, workload)
         notes.append(sized + (f"; {took}" if took else "") + "; --samples N sets it")
-    rejects = _RejectLog(out_dir / REJECTED) if out_dir is not None else None
+    rejects = _JsonlLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None
     if points:
         baseline = space.baseline()
@@ -172,7 +176,9 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         samples = min(samples, space.size)
     filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
                                   on_reject=rejects, identity=identity, refusal=refusal,
-                                  resolved=resolved, budget=samples)
+                                  resolved=resolved, budget=samples,
+                                  on_complete=_JsonlLog(out_dir / COMPLETED)
+                                  if out_dir is not None else None)
     limited = ConcurrencyLimiter(filtering, max_concurrent=max_concurrent)
     return SearchStack(limited, filtering, staged, samples, notes)
 

@@ -10,7 +10,8 @@ With a failure memory, the feasibility model (feasibility.py) retries suspect va
 the levers that matter for their failure (the filter's own trials, told to the inner
 searcher afterwards as its random fallback is) and refuses what it learned would fail. A
 suggestion the workload's checks refuse is completed with its partners at the baseline's
-resolved values (partners.py) before it is given up; ``counts`` says how many were."""
+resolved values (partners.py) before it is given up (``on_complete`` is told each, as
+completed.jsonl keeps them); ``counts`` says how many were."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class FilteringSearcher(OwnSpaceSearcher):
                  max_attempts: int = 50,
                  on_reject: Callable[[dict[str, Any]], None] | None = None,
                  identity: Identity | None = None, refusal: Refusal | None = None,
-                 resolved: Resolved | None = None, budget: int | None = None) -> None:
+                 resolved: Resolved | None = None, budget: int | None = None,
+                 on_complete: Callable[[dict[str, Any]], None] | None = None) -> None:
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
         self.space = space
@@ -50,6 +52,7 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.pass_invalid = pass_invalid
         self.max_attempts = max_attempts
         self.on_reject = on_reject
+        self.on_complete = on_complete  # told each suggestion completed with its partners
         self.identity = identity  # configs that run alike are one point (_key)
         self.refusal = refusal  # the workload's checks on the driver (_invalid)
         self.resolved = resolved  # what the workload resolves the baseline to (partners)
@@ -71,13 +74,13 @@ class FilteringSearcher(OwnSpaceSearcher):
         self.fallback_trials: set[str] = set()
         self.rng = random.Random(0)
 
-    _transient = ("on_reject", "identity", "refusal", "resolved")
+    _transient = ("on_reject", "on_complete", "identity", "refusal", "resolved")
 
     # Ray saves wrappers (objects with a ``searcher``) by get_state/set_state and the
     # innermost searcher by save/restore.
     def get_state(self) -> dict[str, Any]:
-        skip = ("searcher", "on_reject", "space", "identity", "refusal", "resolved",
-                "feasibility")
+        skip = ("searcher", "on_reject", "on_complete", "space", "identity", "refusal",
+                "resolved", "feasibility")
         state = {k: v for k, v in self.__dict__.items() if k not in skip}
         if self.feasibility is not None:
             state["_retried"] = (self.feasibility.retried, self.feasibility.retries)
@@ -188,8 +191,11 @@ class FilteringSearcher(OwnSpaceSearcher):
         if done is None:
             return config, reasons
         self.completed += 1
+        partners = {n: done[0][n] for n in done[1]}
         log.info("completed with %s (the baseline's resolution): %s",
-                 ", ".join(f"{n}={done[0][n]}" for n in done[1]), "; ".join(reasons))
+                 ", ".join(f"{n}={v}" for n, v in partners.items()), "; ".join(reasons))
+        if self.on_complete:
+            self.on_complete({"config": done[0], "partners": partners, "refused": reasons})
         return done[0], []
 
     def counts(self) -> dict[str, int]:

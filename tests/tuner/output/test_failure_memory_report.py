@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from launchers.sglang.launcher import SGLangArgs
-from tuner.output import ruled_out
+from tuner.output import partners, ruled_out
 from tuner.output.files import JOURNAL, RULED_OUT_JSON
 from tuner.output.report import facts, markdown
 from tuner.output.results import build_table
@@ -105,3 +105,17 @@ def test_the_report_says_what_is_only_suspect_and_what_was_ruled_out(tmp_path: P
     assert ruled_out.evidence_lines(ruled_out.load(setup.out_dir)[0])[0].startswith(
         f"{BS}=64: cuda_oom in bs64, bs64-08, bs64-07, beside {MEM}=unset; {MEM}=0.8; "
         f"{MEM}=0.7")
+
+
+def test_the_report_says_which_partners_completed_refused_suggestions(tmp_path: Path) -> None:
+    setup = _setup(tmp_path)
+    base = setup.space.baseline()
+    _journal(setup.out_dir, base, TRIALS[:2])
+    steps = {"--speculative-num-steps": 5}
+    entries = [{"config": {}, "partners": steps, "refused": ["topk without steps"]}] * 2
+    (setup.out_dir / partners.COMPLETED).write_text(
+        "".join(json.dumps(e) + "\n" for e in entries))
+    md = markdown(facts(setup, build_table(setup.out_dir, setup.objective, base), None))
+    assert ("| partners completed | 2 suggestions the checks refuse alone ran with the "
+            "baseline's resolved values of their partners: --speculative-num-steps=5 (2x) "
+            "(completed.jsonl) |") in md

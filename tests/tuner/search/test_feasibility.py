@@ -190,11 +190,18 @@ def test_a_lever_refused_alone_is_completed_with_the_baselines_partners() -> Non
 
 def test_the_filter_launches_completed_partners_and_counts_what_it_refused() -> None:
     space = _spec_space()
+    told: list[dict[str, Any]] = []
     searcher = FilteringSearcher(SpaceSearcher(space, "grid"), space, refusal=_refusal,
-                                 resolved=lambda c: RESOLVED)
+                                 resolved=lambda c: RESOLVED, on_complete=told.append)
     launched = _drive(searcher, lambda c: 1.0, "invalid_config", 30)
     assert all(_refusal(p) is None and not space.validate(p) for p in launched)
     assert {STEPS: 3, TOPK: 4} in [{k: v for k, v in p.items() if v is not None and k != DRAFTS}
                                    for p in launched]
     counts = searcher.counts()
     assert counts["completed"] >= 1 and counts["refused"] < counts["proposals"]
+    # completed.jsonl's entries: the configuration that ran, its partners, the refusal
+    assert len(told) == counts["completed"] and all(e["config"] in launched for e in told)
+    assert {STEPS: 3, TOPK: 4} in [{k: v for k, v in e["config"].items()
+                                    if v is not None and k != DRAFTS} for e in told]
+    assert all(e["partners"] and all(RESOLVED[n] == v for n, v in e["partners"].items())
+               and e["refused"] for e in told)

@@ -1,0 +1,32 @@
+"""Suggestions completed with their partners (completed.jsonl, written by the searchers' filter):
+a lever the workload's checks refuse alone (SGLang: topk or draft tokens without steps) ran
+with its partners set as the workload resolved them for the baseline. No Ray."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from tuner.output.files import read_journal
+
+COMPLETED = "completed.jsonl"
+
+
+def read(out_dir: Path) -> Counter[str]:
+    """How many suggestions each set of partners completed (``--a=1, --b=2`` -> count)."""
+    found: Counter[str] = Counter()
+    for entry in read_journal(out_dir / COMPLETED):
+        partners = entry.get("partners") or {}
+        found[", ".join(f"{n}={v}" for n, v in sorted(partners.items()))] += 1
+    return found
+
+
+def lines(out_dir: Path) -> list[str]:
+    """The run's one line about them (none when no suggestion needed its partners)."""
+    found = read(out_dir)
+    if not found:
+        return []
+    shown = "; ".join(f"{text} ({n}x)" for text, n in found.most_common(3))
+    more = f"; {len(found) - 3} more" if len(found) > 3 else ""
+    return [f"partners completed: {sum(found.values())} suggestions the checks refuse alone ran "
+            f"with the baseline's resolved values of their partners: {shown}{more} ({COMPLETED})"]
