@@ -16,15 +16,20 @@ would, then lets a model search the rest.
    nothing moves: coordinate descent (a sweep cut short measured its first values before the
    rest of the pass moved the best point, so its start counts). Once swept, a knob's
    measured effect (what its sweep spanned) takes the catalogue's place in the order. On a
-   landscape whose knobs do not interact this ends at the optimum.
+   landscape whose knobs do not interact this ends at the optimum. Between the first pass
+   and a repeat one comes one joint draw (below): where knobs pay only together, a repeat
+   pass then refines around what they found, instead of before it.
 3. The model phase for the rest of the budget, for what one knob at a time cannot find:
    settings that pay off only together. Its proposals take turns: a joint draw (the best
    point with every knob drawn at once from the values its last sweep could not tell from
    its best, within twice the noise; a knob with one clear best keeps it, and a knob's unset
    value is drawn only where it has no tied other: knobs that each cost a little alone and
-   pay together are set together), then the model (``model.TPEModel``: Optuna's
+   pay together are set together; of JOINT_DRAWS such draws, the one with the most pairs of
+   settings no trial has had together), then the model (``model.TPEModel``: Optuna's
    multivariate TPE, seeded with every point measured, failures as infeasible), whose points
-   are first sought within NEAR knobs of the best point.
+   are first sought within NEAR knobs of the best point. One turn in six is a draw from
+   anywhere (again the one covering most new pairs): a value the ties left out because the
+   noise measured it low is still drawn, so the phase never falls far below random search.
 
 A value that fails in a sweep beside other settings is tried once more alone on the
 baseline: failing there, the failure memory rules it out; running there, it failed only
@@ -47,7 +52,7 @@ from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.base import OwnSpaceSearcher
 from tuner.search.keys import Config, config_key
-from tuner.search.levers import joint_draw, lever_order, probe, spanned, ties, value_order
+from tuner.search.levers import joint_draw, lever_order, newest, probe, spanned, ties, value_order
 from tuner.search.memory import FailureMemory
 from tuner.search.model import TPEModel
 
@@ -56,6 +61,10 @@ NEAR = 2  # the model's point is first sought within this many knobs of the best
 MOVE = 0.01  # the smallest gain (log units) that counts as the best point moving
 TIE = 2.0  # values within this many times the noise of a lever's best tie with it
 JOINT_DRAWS = 50  # draws tried for a new joint point before TPE's turn comes early
+EARLY_JOINT = 1  # joint draws after the first pass, before a repeat pass
+# the model phase's proposals in turn, from the second: joint draws half of them, TPE a
+# third, a draw from anywhere (_explore_point) a sixth
+TURNS = ("explore", "joint", "model", "joint", "model", "joint")
 
 
 class Model(Protocol):
@@ -93,6 +102,7 @@ class AutoSearcher(OwnSpaceSearcher):
         self.tried: dict[str, list[float]] = {}  # lever -> what its last sweep measured
         self.swept: dict[str, dict[Value, float | None]] = {}  # lever -> value -> its mean
         # in the lever's last sweep (None: it failed), the best point's own value first
+        self.early = self.early_done = 0  # joint draws between the first and a repeat pass
         self.turn = 0  # the model phase's proposals: joint draws and TPE's take turns
         self.moves: list[tuple[int, str]] = []  # (launch index, lever) of each real gain
         self.index_of: dict[str, int] = {}  # trial -> launch index
@@ -135,6 +145,11 @@ class AutoSearcher(OwnSpaceSearcher):
                     self.probed[trial_id] = (name, value)
                     return self._launch(trial_id, probed, SWEEP)
             self.lever, self.cut = None, False
+        if self.early <= EARLY_JOINT and self.early > self.early_done:
+            self.early_done = self.early
+            joint = self._joint_point()
+            if joint is not None:
+                return self._launch(trial_id, joint, MODEL)
         return self._from_model(trial_id)
 
     def _next_lever(self) -> bool:
@@ -145,6 +160,9 @@ class AutoSearcher(OwnSpaceSearcher):
         if not self.plan and self.deferred:
             self.lever, self.value_index = self.deferred.pop(0)
             return True
+        if not self.plan and self.early < EARLY_JOINT:
+            self.early += 1  # the first pass is over: joint draws before any repeat pass
+            return False
         if not self.plan:
             stale = [lever for lever in self.order
                      if any(other != lever and index >= self.started.get(lever, 0)
@@ -185,8 +203,10 @@ class AutoSearcher(OwnSpaceSearcher):
 
     def _from_model(self, trial_id: str) -> Config | None:
         self.turn += 1
-        point = (self.turn % 2 and self._joint_point()) or self._model_point() \
-            or self._local_move()
+        turn = TURNS[self.turn % len(TURNS)]
+        point = ((turn == "joint" and self._joint_point())
+                 or (turn == "explore" and self._explore_point())
+                 or self._model_point() or self._local_move())
         if point is None:
             return Searcher.FINISHED  # type: ignore[return-value]
         return self._launch(trial_id, point, MODEL)
@@ -208,11 +228,20 @@ class AutoSearcher(OwnSpaceSearcher):
         tell apart (levers that pay only together, each alone within the noise or slightly
         worse, are set together; a lever with one clear best keeps it)."""
         best, choices = self.best(), {lever: self.ties(lever) for lever in self.swept}
-        for _ in range(JOINT_DRAWS):
-            point = joint_draw(self.space, best, choices, self.rng)
-            if point is not None and self._new(point):
-                return point
-        return None
+        drawn = [point for _ in range(JOINT_DRAWS)
+                 if (point := joint_draw(self.space, best, choices, self.rng)) is not None
+                 and self._new(point)]
+        return newest(drawn, self.config_of.values(), self.space.domains)
+
+    def _explore_point(self) -> Config | None:
+        """A point from anywhere in the space, of JOINT_DRAWS uniform draws the one with the
+        most pairs of settings no trial has had together: what the sweeps' ties left out (a
+        value that paid only beside another, measured low by the noise alone) is still drawn,
+        so the model phase never falls far below random search."""
+        drawn = [point for _ in range(JOINT_DRAWS)
+                 if not self.space.validate(point := self.space.sample(self.rng))
+                 and self._new(point)]
+        return newest(drawn, self.config_of.values(), self.space.domains)
 
     def _local_move(self) -> Config | None:
         """When the model keeps proposing what ran: one knob changed on the best points,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from search_spaces import knobs
 from search_spaces.knobs import Value
@@ -68,6 +68,22 @@ def ties(measured: Mapping[Value, float | None], noise: float, sign: float = 1.0
         return []
     top = max(sign * math.log(m) for m in ran.values())
     return [v for v, m in ran.items() if top - sign * math.log(m) <= noise]
+
+
+def pairs(point: Mapping[str, Value]) -> set[tuple[str, str, str, str]]:
+    """The settings of ``point`` two at a time (each a pair of knob=value)."""
+    items = sorted((name, repr(value)) for name, value in point.items())
+    return {(a, x, b, y) for i, (a, x) in enumerate(items) for b, y in items[i + 1:]}
+
+
+def newest(drawn: list[Config], launched: Iterable[Mapping[str, Value]],
+           names: Iterable[str]) -> Config | None:
+    """Of ``drawn``, the point with the most pairs of settings (of ``names``) that no
+    launched point has had together (the first such; None when none was drawn)."""
+    names = list(names)
+    seen = set().union(*(pairs({n: c.get(n) for n in names}) for c in launched))
+    return max(drawn, key=lambda p: len(pairs({n: p.get(n) for n in names}) - seen),
+               default=None)
 
 
 def joint_draw(space: SearchSpace, around: Mapping[str, Value],

@@ -22,7 +22,7 @@ from tuner.search.auto import BASELINE, MODEL, SWEEP, AutoSearcher
 from tuner.search.budget import estimate, sized_budget, sweep_size
 from tuner.search.build import build_search
 from tuner.search.filtering import FilteringSearcher
-from tuner.search.levers import joint_draw, lever_order, probe, ties, value_order
+from tuner.search.levers import joint_draw, lever_order, newest, probe, ties, value_order
 from tuner.search.memory import FailureMemory
 from tuner.search.model import TPEModel
 from tuner.spec import Objective
@@ -329,3 +329,13 @@ def test_a_suggestion_completed_with_partners_is_what_the_sweeps_build_on() -> N
     searcher.suggest("t1")
     searcher.completed("t1", {**searcher.config_of["t1"], "NCCL_PROTO": "LL128"})
     assert searcher.config_of["t1"]["NCCL_PROTO"] != "LL128"
+
+
+def test_of_the_draws_the_one_with_most_pairs_no_trial_had_together_is_taken() -> None:
+    names = ["NCCL_PROTO", BACKEND, DRAFTS]
+    launched = [{"NCCL_PROTO": "LL", BACKEND: "nccl", DRAFTS: 2},
+                {"NCCL_PROTO": "Simple", BACKEND: "pcie-ipc", DRAFTS: 2}]
+    seen_pair = {"NCCL_PROTO": "LL", BACKEND: "nccl", DRAFTS: 6}  # one new pair of three
+    new_pairs = {"NCCL_PROTO": "LL", BACKEND: "pcie-ipc", DRAFTS: 6}  # three new pairs
+    assert newest([seen_pair, new_pairs], launched, names) == new_pairs
+    assert newest([], launched, names) is None
