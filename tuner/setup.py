@@ -92,6 +92,11 @@ class Setup:
         them, refuse ``config`` (None: they accept it, or cannot be asked here)."""
         return self.workload.refusal(config, self._driver_context())
 
+    def resolved_knobs(self, config: Mapping[str, Value]) -> dict[str, Value] | None:
+        """What the server's own resolution sets ``config``'s flag knobs to, asked on the
+        driver as a trial would (Workload.resolved_knobs); None: unknown here."""
+        return self.workload.resolved_knobs(config, self._driver_context())
+
     def _driver_context(self) -> TrialContext:
         """A trial's context on the driver: its GPUs, the experiment's marker and cache."""
         args = self.spec.workload

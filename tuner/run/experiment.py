@@ -47,7 +47,7 @@ def resolved_knobs(setup: Setup) -> Resolved:
     """What the workload resolves a configuration to, as knob values, asked on the driver as
     its identity and refusal are (a trial's context, the experiment's cache): the partners
     a suggestion its checks refuse alone is completed with (the baseline's)."""
-    return lambda config: setup.workload.resolved_knobs(config, setup._driver_context())
+    return setup.resolved_knobs
 
 
 def _reap_leftovers(setup: Setup, echo: Print) -> None:
