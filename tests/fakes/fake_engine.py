@@ -165,13 +165,14 @@ class Engine(threading.Thread):
         now = time.monotonic()
         if self.due is None or now - self.due > CATCH_UP_S:
             self.due = now
-        self.due += model_ms * self.server.launch_factor * self.server.args.fake_time_scale / 1000.0
+        self.due += model_ms * self.server.args.fake_time_scale / 1000.0
         if self.due > now:
             time.sleep(self.due - now)
 
     def _prefill(self, new: list[Request]) -> None:
         s = self.server
-        ms = cost_model.noisy(cost_model.PREFILL_MS * len(new), s.args.fake_noise, self.rng)
+        ms = cost_model.noisy(cost_model.PREFILL_MS * len(new) * s.launch_factor,
+                              s.args.fake_noise, self.rng)
         self._sleep(ms)
         if s.device_timer:
             for c in s.metrics.each(s.metrics.forward_s, {"category": "extend"}):
@@ -195,9 +196,10 @@ class Engine(threading.Thread):
         batch = len(self.running)
         t = s.timing(batch)
         noise = s.args.fake_noise
-        verify = cost_model.noisy(t.verify_ms, noise, self.rng)
-        draft = cost_model.noisy(t.draft_ms, noise, self.rng)
-        cycle = verify + draft + t.overhead_ms
+        launch = s.launch_factor  # this launch's speed (--fake-launch-spread)
+        verify = cost_model.noisy(t.verify_ms * launch, noise, self.rng)
+        draft = cost_model.noisy(t.draft_ms * launch, noise, self.rng)
+        cycle = verify + draft + t.overhead_ms * launch
         self._sleep(cycle)
         m = s.metrics
         if s.device_timer:
