@@ -95,4 +95,5 @@ class ExitGuard:
             return
         self.stopping.set()
         process.reap_all(self.marker, grace=self.grace, exact=True)
-        self.done.wait(timeout=self.grace + 5.0)
+        # a loaded box can take long to record: waiting costs nothing once the trial is done
+        self.done.wait(timeout=self.grace + 20.0)
