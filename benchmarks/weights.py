@@ -70,6 +70,7 @@ class Settings:
             "--search", "staged", "--stage-search", "grid", "--samples", str(self.samples),
             "--rounds", "1", "--metric", "verify_ms", "--mode", "min", *pins,
             "--confirm", str(self.confirm), "--confirm-top", "1", "--no-dashboard",
+            "--launch-spread", "0",  # its launches differ by 0.2% noise: no ties to confirm
             "--weights", weights, server=self.server(),
             ready_timeout=60 + 2 * self.scale * (self.load_s + self.draft_load_s))]
 
