@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import signal
 import statistics
 import sys
 import time
@@ -32,6 +33,15 @@ def with_root_on_path() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends a benchmark as Ctrl-C does (SystemExit, so ``finally`` blocks and the
+    runner's own stop run): a benchmark killed mid-run leaves no servetune run behind."""
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def gpu_ids(ranks: int, device: str) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from benchmarks._common import machine, with_root_on_path
+from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
 from tests.integration.servetune_runs import STAND_IN, Experiment, ray_tmpdir
 
 SPACE = """name: confirm-e2e
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cap", type=int, default=10, help="--confirm")
     args = p.parse_args(argv)
     with_root_on_path()
+    exit_on_sigterm()
     print(machine())
     root = Path(tempfile.mkdtemp(prefix="confirm-e2e-"))
     confirmed, launches = 0, []

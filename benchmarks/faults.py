@@ -43,7 +43,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks._common import machine, with_root_on_path
+from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
 from launchers.process import LOCALHOST, Marked, free_port
 from tests.integration.servetune_runs import Experiment, Result, ray_tmpdir, stand_in
 from tuner.output.files import BROKEN_JSON
@@ -402,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep each run's folder under DIR")
     args = parser.parse_args(argv)
     with_root_on_path()
+    exit_on_sigterm()
     names = QUICK if args.quick else tuple(SCENARIOS)
     repeats = 1 if args.quick else args.repeats
     if args.keep:

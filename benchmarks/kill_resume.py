@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 
-from benchmarks._common import machine, with_root_on_path
+from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
 from tests.integration.servetune_runs import Background, Experiment, ray_tmpdir, stand_in
 
 SAMPLES = 6
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep each run's folder under DIR")
     args = parser.parse_args(argv)
     with_root_on_path()
+    exit_on_sigterm()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
     print(machine())

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine, with_root_on_path
+from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
 from tests.integration.servetune_runs import STAND_IN, Experiment, ray_tmpdir
 from tuner.output import readiness
 
@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.dummy_load_s, args.confirm,
                         speculative_stage=args.speculative_stage)
     with_root_on_path()
+    exit_on_sigterm()
     print(machine())
     print(f"stand-in: checkpoint {settings.load_s:g} s + draft {settings.draft_load_s:g} s, "
           f"random weights {settings.dummy_load_s:g} s per model (modelled), at "

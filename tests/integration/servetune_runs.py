@@ -113,14 +113,35 @@ class Experiment:
         return [sys.executable, "-m", "tuner", *argv]
 
     def run(self, argv: Sequence[str], timeout: float = 240.0) -> Result:
-        """``python -m tuner ARGV`` to its end."""
+        """``python -m tuner ARGV`` to its end. If the caller stops waiting (the timeout, a
+        test's own timeout, a signal to a benchmark), the driver is stopped as a user stops
+        it (SIGTERM: it ends its servers and its Ray), then killed, and whatever carries the
+        experiment's marker is reaped: a cut run leaves no process behind."""
         cmd = self.command(argv)
         began = time.monotonic()
-        proc = subprocess.run(cmd, env=env_for(self.ray_tmp), cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        result = Result(cmd, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - began)
+        proc = subprocess.Popen(cmd, env=env_for(self.ray_tmp), cwd=ROOT, text=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except BaseException:
+            self.stop(proc)
+            raise
+        result = Result(cmd, proc.returncode, stdout, stderr, time.monotonic() - began)
         self.runs.append(result)
         return result
+
+    def stop(self, proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+        """A driver the caller gave up on: SIGTERM (servetune's own stop), SIGKILL after
+        ``grace``, then the experiment's marked processes (its servers, its Ray)."""
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+        self.cleanup()
 
     def start(self, argv: Sequence[str]) -> Background:
         """``python -m tuner ARGV`` in the background, in its own process group (a terminal's
