@@ -5,12 +5,11 @@ with ``--speculative-eagle-topk 1`` the draft tokens are the steps + 1 whatever 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from launchers.sglang.resolved import RESOLVED_FILE, SERVER_FILE
+from launchers.sglang import resolved
 from search_spaces.knobs import Value
 
 
@@ -21,15 +20,8 @@ def dest(flag: str) -> str:
 
 def resolved_fields(trial_dir: Path) -> dict[str, Any]:
     """SGLang's resolved arguments for the trial: the server's own where it got that far."""
-    for name in (SERVER_FILE, RESOLVED_FILE):
-        try:
-            data = json.loads((trial_dir / name).read_text())
-        except (OSError, ValueError):
-            continue
-        fields = data.get("resolved") if isinstance(data, dict) else None
-        if isinstance(fields, dict) and fields:
-            return fields
-    return {}
+    return next((data["resolved"] for _, data in resolved.records(trial_dir)
+                 if isinstance(data.get("resolved"), dict) and data["resolved"]), {})
 
 
 def ran_values(config: Mapping[str, Value], trial_dir: Path) -> dict[str, Value]:

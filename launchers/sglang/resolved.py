@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +102,19 @@ def record_server(trial_dir: Path, info: Mapping[str, Any]) -> list[str]:
             if name in before and name in ran and before[name] != ran[name]]
 
 
-def load(trial_dir: Path) -> dict[str, Any]:
-    """What ran, for a report: the server's own reading where the trial got that far."""
+def records(trial_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The trial's records of what SGLang resolved, the server's own first: (file, content)
+    for each that exists and reads."""
     for name in (SERVER_FILE, RESOLVED_FILE):
         try:
             data = json.loads((trial_dir / name).read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and data.get("shown"):
-            return {"source": name, **data["shown"]}
-    return {}
+        if isinstance(data, dict):
+            yield name, data
+
+
+def load(trial_dir: Path) -> dict[str, Any]:
+    """What ran, for a report: the server's own reading where the trial got that far."""
+    return next(({"source": name, **data["shown"]} for name, data in records(trial_dir)
+                 if data.get("shown")), {})

@@ -48,13 +48,6 @@ def evidence_lines(items: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def suspect_lines(items: Iterable[Mapping[str, Any]]) -> list[str]:
-    """suspects.json's entries (``FailureMemory.suspected``) as lines: what failed, where,
-    and why that is no verdict yet."""
-    return [f"{_setting(item)}: {item.get('kind')} in {_trials(item)}, suspect, not ruled out "
-            f"({item.get('why')})" for item in items]
-
-
 def ruled_out_table(items: Sequence[Mapping[str, Any]]) -> Table:
     """What the failure memory ruled out, each with its evidence: the failing trials and
     the trials that cleared the rest of their settings."""

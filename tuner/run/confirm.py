@@ -31,7 +31,6 @@ from tuner.run.progress import TrialLines
 from tuner.run.recorder import Recorder
 from tuner.run.trainable import make_trainable
 from tuner.search.adaptive import AdaptivePoints
-from tuner.search.fixed import FixedPoints
 from tuner.search.memory import ENVIRONMENTAL
 from tuner.setup import Print, Setup
 from tuner.spec import ExperimentSpec
@@ -56,7 +55,7 @@ class Batch:
 
 
 def _fit(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float], slots: int,
-         searcher: FixedPoints | AdaptivePoints, samples: int, *, name: str,
+         searcher: AdaptivePoints, samples: int, *, name: str,
          tags: Mapping[str, Any]) -> bool:
     """Run ``searcher``'s points as Ray trials of ``spec``'s trainable (whole-node, FIFO, no
     early stopping, at most ``slots`` at once), journaled with ``tags``; True when the run was
@@ -72,16 +71,6 @@ def _fit(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float], slo
         scheduler=FIFOScheduler(), num_samples=samples, callbacks=[recorder],
         reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors)))
     return outcome.interrupted
-
-
-def run_points(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float], slots: int,
-               points: Sequence[Mapping[str, Value]], labels: Sequence[str], *, name: str,
-               tags: Mapping[str, Any]) -> Batch:
-    """Run the points, each once, in order."""
-    searcher = FixedPoints(points, labels)
-    interrupted = _fit(setup, spec, resources, slots, searcher, len(points), name=name,
-                       tags=tags)
-    return Batch(dict(searcher.assigned), interrupted or len(searcher.assigned) < len(points))
 
 
 def run_sequence(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float],

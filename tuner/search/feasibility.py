@@ -153,9 +153,3 @@ class Feasibility:
                     ends.index(value) if value in ends else len(ends))
 
         return sorted(values, key=rank)
-
-
-def constraint(failed: bool) -> tuple[float]:
-    """A finished trial's value for Optuna's ``constraints_func`` (<= 0: feasible), for a
-    model phase that lets its sampler learn feasibility over combinations too."""
-    return (1.0 if failed else -1.0,)
