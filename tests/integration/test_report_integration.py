@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.integration.conftest import Run
+from tests.integration.conftest import CONFIRM_CAP, Run
 from tests.integration.headless_browser import chromium_binary, load_page
 from tests.requirements import needs
 
-pytestmark = pytest.mark.integration
+# the shared confirm run takes ~100 s on a quiet box and minutes on a loaded one
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 PLOTS = ("objective", "confirm", "knobs", "parallel", "time_split", "pareto", "startup")
 
@@ -34,7 +35,8 @@ def reported(confirmed_run: Run) -> Run:
 def test_report_writes_the_html_and_every_plot(reported: Run) -> None:
     out, printed = reported.exp.out, reported.result.stdout
     assert f"wrote {out / 'report.html'}" in printed
-    assert "decision: top " in printed and "confirm (fresh launches, alternating, at most 3 each" in printed
+    assert "decision: top " in printed
+    assert f"confirm (fresh launches, alternating, at most {CONFIRM_CAP} each" in printed
     for name in PLOTS:
         path = out / "plots" / f"{name}.png"
         with Image.open(path) as im:
