@@ -1,12 +1,14 @@
 """Landscapes that test how the default search reads its levers (made-up numbers, not
 measurements; test data for the searchers):
 
-- ``three-levers``: two nodes, the ``nccl-multinode`` preset's space (77,760 points). The
-  network's queue pairs per connection (2 or 4), splitting data over them and channels per
-  network peer (2 or 4) pay only together: one or two of them cost 1% (the setup of a path
-  that is not used), the three together gain 12-14% (more queue pairs need the split to be
-  used, and the split needs channels to the peer to fill them). The rest is separable: Tree
-  across the nodes, LL and GPUDirect at PHB gain a few percent each.
+- ``three-levers``: two nodes, the ``nccl-multinode`` preset's space with channels per
+  network peer added back (the preset's space until it left that point-to-point-only lever
+  out; 77,760 points, the split without a second queue pair invalid). The network's queue
+  pairs per connection (2 or 4), splitting data over them and channels per network peer (2
+  or 4) pay only together: one or two of them cost 1% (the setup of a path that is not
+  used), the three together gain 12-14%. Made up: a TP allreduce does not read channels per
+  network peer; here it is just a third lever that pays only with the other two. The rest
+  is separable: Tree across the nodes, LL and GPUDirect at PHB gain a few percent each.
 - ``mis-rated``: one node, NCCL's own knobs and the draft tokens (1,728 points). The
   catalogue rates ``NCCL_BUFFSIZE`` small (about 1%); here a 1 MiB buffer is worth 15% (256
   KiB 6%, 8 MiB 1% worse), more than any knob rated above it.
@@ -15,11 +17,12 @@ measurements; test data for the searchers):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from benchmarks.landscapes import Config, Landscape
 from search_spaces.knobs import Value
-from search_spaces.space import from_mapping, load
+from search_spaces.space import SearchSpace, from_mapping, load
 
 SOURCE = "benchmarks/landscapes_levers.py"
 BASE = 100.0  # tok/s at the baseline
@@ -42,6 +45,18 @@ MULTINODE: dict[str, dict[Value, float]] = {
 }
 ALONE = 0.99  # one or two of the three levers set without the rest (the unused setup)
 TOGETHER = {(4, 4): 1.14, (4, 2): 1.13, (2, 4): 1.13, (2, 2): 1.12}  # (QPs, channels per peer)
+
+
+def _three_levers_space() -> SearchSpace:
+    """The preset with channels per network peer where it stood (after NCCL_CROSS_NIC: the
+    space's order breaks ties between levers)."""
+    preset = load("nccl-multinode")
+    domains: dict[str, tuple[Value, ...]] = {}
+    for name, values in preset.domains.items():
+        domains[name] = values
+        if name == "NCCL_CROSS_NIC":
+            domains["NCCL_NCHANNELS_PER_NET_PEER"] = (None, 1, 2, 4)
+    return replace(preset, name="three-levers", domains=domains, source=SOURCE)
 
 
 def three_levers_tok_s(config: Config) -> float:
@@ -88,7 +103,7 @@ def mis_rated_tok_s(config: Config) -> float:
 
 def lever_landscape(name: str) -> Landscape:
     if name == "three-levers":
-        return Landscape(name, load("nccl-multinode"), three_levers_tok_s,
+        return Landscape(name, _three_levers_space(), three_levers_tok_s,
                          "two nodes: three network levers pay only together (+12-14%), each "
                          "alone 1% worse")
     if name == "mis-rated":

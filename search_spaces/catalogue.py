@@ -19,6 +19,7 @@ from search_spaces.domains import (
     boolean,
     int_in,
     int_list,
+    interface_names,
     nccl_interfaces,
     nccl_selector,
     one_of,
@@ -111,7 +112,8 @@ _NETWORK = [
          "InfiniBand/RoCE queue pairs per connection between two ranks: more paths through "
          "the fabric for one peer.", (1, 2, 4, 8), int_in(1, 128), "1"),
     _env("NCCL_IB_SPLIT_DATA_ON_QPS", Group.NETWORK,
-         "1 splits each message over the connection's queue pairs; 0 uses them in turn.",
+         "1 splits each message over the connection's queue pairs; 0 uses them in turn. "
+         "Only with 2 or more queue pairs (refused with one: no effect).",
          (0, 1), one_of(0, 1), "0"),
     _env("NCCL_NET_GDR_LEVEL", Group.NETWORK,
          "Deepest path between NIC and GPU where GPUDirect RDMA is used (LOC: never).",
@@ -123,9 +125,11 @@ _NETWORK = [
     _env("NCCL_CROSS_NIC", Group.NETWORK,
          "Rings and trees may use a different NIC on each node: 0 never (rail-local), 1 "
          "always, 2 when it helps.", (0, 1, 2), one_of(0, 1, 2), "2"),
+    # Point-to-point only (send/recv: pipeline stages, all-to-all); collectives, a TP
+    # allreduce included, do not read it, so the nccl-multinode preset leaves it out.
     _env("NCCL_NCHANNELS_PER_NET_PEER", Group.NETWORK,
-         "Channels to each remote peer for point-to-point traffic over the network.",
-         (1, 2, 4, 8), int_in(1, 64), "NCCL picks per topology"),
+         "Point-to-point only (send/recv, not collectives): channels to each remote peer over "
+         "the network.", (1, 2, 4, 8), int_in(1, 64), "NCCL picks per topology"),
     _env("NCCL_PXN_DISABLE", Group.NETWORK,
          "1 stops sending through the NIC of an NVLink peer GPU (PXN).", (0, 1), one_of(0, 1),
          "0"),
@@ -143,6 +147,12 @@ _NETWORK = [
     _env("NCCL_SOCKET_IFNAME", Group.NETWORK,
          "Which IP interfaces NCCL bootstraps and sends sockets over, e.g. eth0 (a site "
          "setting: pin it).", (), nccl_interfaces, "any but lo and docker"),
+    # SGLang's CPU group (gloo) spans the nodes too: a site that names NCCL's interface
+    # names gloo's. PyTorch's ProcessGroupGloo reads it: exact names, comma-separated.
+    _env("GLOO_SOCKET_IFNAME", Group.NETWORK,
+         "Which IP interfaces PyTorch's gloo (SGLang's CPU group) uses, e.g. eth0 (a site "
+         "setting: pin it beside NCCL_SOCKET_IFNAME).", (), interface_names,
+         "the host name's address (loopback if it has none)", Source.TORCH),
     _env("NCCL_IB_GID_INDEX", Group.NETWORK,
          "RoCE: the GID index of the address NCCL uses (a site setting: pin it).", (),
          whole_number(-1, 1 << 16), "-1: NCCL picks"),
@@ -230,6 +240,10 @@ _SGLANG_ENV = [
                 "Custom allreduce v2: force the push workspace (KB), lifting one-shot push to it.",
                 (256, 1024, 4096), int_in(1, _KB_MAX), "unset: tuned per GPU and world size"),
 ]
+
+# Knobs that act on point-to-point traffic only (send/recv), never on a collective: a space
+# that tunes a TP allreduce has no use for them.
+POINT_TO_POINT_ONLY = frozenset({"NCCL_NCHANNELS_PER_NET_PEER"})
 
 PRIMITIVES: dict[str, Knob] = {k.name: k for k in [*_NCCL, *_NETWORK, *_SGLANG_FLAGS,
                                                      *_SGLANG_ENV]}

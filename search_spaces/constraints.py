@@ -123,9 +123,28 @@ def _decode_batches(config: Config) -> str | None:
     return None
 
 
+def _split_data(config: Config) -> str | None:
+    """NCCL's IB transport: split mode divides each message over the connection's queue pairs
+    (round-robin otherwise); with one (NCCL_IB_QPS_PER_CONNECTION unset is 1) both modes send
+    the same way, so the split is a repeat of the point without it."""
+    qps = config.get("NCCL_IB_QPS_PER_CONNECTION")
+    if config.get("NCCL_IB_SPLIT_DATA_ON_QPS") == 1 and qps in (None, 1):
+        return ("NCCL_IB_SPLIT_DATA_ON_QPS=1 has no effect with one queue pair per connection "
+                f"(NCCL_IB_QPS_PER_CONNECTION={'unset: 1' if qps is None else qps}); it needs 2 "
+                "or more")
+    return None
+
+
+# A value that runs only beside another knob's (its rule above), with that knob: a search
+# that tries the value alone sets the partner to the first of its values that lets it run.
+PARTNER: dict[tuple[str, Value], str] = {
+    ("NCCL_IB_SPLIT_DATA_ON_QPS", 1): "NCCL_IB_QPS_PER_CONNECTION",
+}
+
+
 CONSTRAINTS: tuple[Callable[[Config], str | None], ...] = (
     _channels, _speculative, partial_shape, _nvls, _symmetric_memory, _nvls_protocol, _pcie_ipc,
-    _custom_allreduce_v2, _decode_batches,
+    _custom_allreduce_v2, _decode_batches, _split_data,
 )
 
 

@@ -82,6 +82,17 @@ def nccl_interfaces(value: Value) -> str | None:
     return f"must be device names, e.g. 'mlx5_0:1,mlx5_1:1', '^mlx5_2' or '=eth0', got {value!r}"
 
 
+_NAMES = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
+
+
+def interface_names(value: Value) -> str | None:
+    """Gloo's interface list (GLOO_SOCKET_IFNAME): exact names, comma-separated; no NCCL
+    prefix syntax (``^``, ``=``) and no ``:port``."""
+    if isinstance(value, str) and _NAMES.match(value):
+        return None
+    return f"must be interface names, e.g. 'eth0' or 'eth0,eth1', got {value!r}"
+
+
 def int_list(low: int, high: int) -> Checker:
     """A list value written ``"1,2,4,8"``: integers in [low, high], strictly increasing (one
     spelling per list, so that a search never tries the same list twice)."""

@@ -139,16 +139,16 @@ def prepare(spec: ExperimentSpec) -> Setup:
 
 
 def _single_node(space: SearchSpace, nodes: int) -> tuple[SearchSpace, list[str]]:
-    """With one node per trial, NCCL's network knobs leave the space: NCCL sends nothing over
-    the network within a node, so they could only add noise to the search."""
+    """With one node per trial, the network knobs (NCCL's, and gloo's interface) leave the
+    space: nothing crosses the network within a node, so they could only add noise."""
     network = [n for n in [*space.domains, *space.pins] if space.knob(n).group is Group.NETWORK]
     if nodes > 1 or not network:
         return space, []
     kept = frozenset(n for n in [*space.domains, *space.pins] if n not in network)
     space, _ = space.restricted_to(kept)
-    return space, [f"one node per trial: NCCL's network settings left out (NCCL sends nothing "
-                   f"over the network within a node; --nodes-per-trial 2 or more tunes them): "
-                   f"{', '.join(network)}"]
+    return space, [f"one node per trial: the network settings left out (NCCL and gloo send "
+                   f"nothing over the network within a node; --nodes-per-trial 2 or more tunes "
+                   f"them): {', '.join(network)}"]
 
 
 def _drop_unmodelled(space: SearchSpace, workload: Workload) -> tuple[SearchSpace, list[str]]:

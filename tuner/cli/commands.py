@@ -129,7 +129,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          stage_search=spec.stage_search, samples=spec.samples, seed=spec.seed,
                          failure_aware=spec.failure_aware, max_concurrent=1, out_dir=None,
                          points=spec.points or None, weights=setup.weights,
-                         workload=setup.workload.kind)
+                         workload=setup.workload.kind, nodes=spec.nodes_per_trial)
     port = spec.workload.port or spec.workload.production_port or 30000
     if not args.json:
         for note in [*notes, *stack.notes]:

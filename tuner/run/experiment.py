@@ -109,7 +109,7 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
                              points=spec.points or None, study=study,
                              weights=setup.weights, identity=setup.identity,
                              refusal=setup.refusal, resolved=resolved_knobs(setup),
-                             workload=setup.workload.kind)
+                             workload=setup.workload.kind, nodes=spec.nodes_per_trial)
         if study is not None:
             echo(f"Optuna study {study.name!r} in {study.storage} "
                  f"(optuna-dashboard {study.storage})")

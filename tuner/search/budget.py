@@ -15,6 +15,9 @@ MODEL_TRIALS_MIN = 12
 # a round of a few requests seconds; the proxy: ready in 5.3 s on two H200s (BENCHMARKS.md,
 # benchmarks.proxy_setup), a round of graph replays about a second.
 TYPICAL_S = {"sglang": (60.0, 10.0), "proxy": (6.0, 1.0)}
+# How far one node's start varies around the typical one: three warm sglang starts on one H200
+# took 54.7, 57.5 and 68.1 s (real-sglang.md), a spread of about 22% of their mean.
+START_SPREAD = 0.22
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,22 @@ def sized_budget(space: SearchSpace) -> Budget:
                   f"knobs one at a time, {model} more")
 
 
-def estimate(trials: int, rounds: int, workload: str | None) -> str | None:
-    """About how long ``trials`` take at a typical pace for the workload (None: no figure)."""
+def slowest_start(start: float, nodes: int) -> float:
+    """A trial across ``nodes`` is ready when its slowest node is: the expected slowest of
+    ``nodes`` starts spread evenly over START_SPREAD around ``start`` (the typical one);
+    nothing added for the rendezvous between nodes (never measured on real nodes)."""
+    return start * (1.0 + START_SPREAD * (nodes - 1) / (2.0 * (nodes + 1)))
+
+
+def estimate(trials: int, rounds: int, workload: str | None, nodes: int = 1) -> str | None:
+    """About how long ``trials`` take at a typical pace for the workload (None: no figure);
+    ``nodes``: the nodes each trial spans (its start waits for the slowest)."""
     if workload not in TYPICAL_S:
         return None
     start, per_round = TYPICAL_S[workload]
+    start = slowest_start(start, nodes)
     each = start + rounds * per_round
+    placed = f" for the slowest of {nodes} nodes" if nodes > 1 else ""
     return (f"about {duration(trials * each)} at a typical {workload} trial's {each:.0f} s "
-            f"({start:.0f} s to ready, {rounds} rounds of ~{per_round:.0f} s), one at a time")
+            f"({start:.0f} s to ready{placed}, {rounds} rounds of ~{per_round:.0f} s), one at "
+            "a time")

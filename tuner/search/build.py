@@ -120,7 +120,8 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
                  out_dir: Path | None, points: list[dict[str, Any]] | None = None,
                  study: Study | None = None, weights: WeightPlan | None = None,
                  identity: Identity | None = None, refusal: Refusal | None = None,
-                 workload: str | None = None, resolved: Resolved | None = None) -> SearchStack:
+                 workload: str | None = None, resolved: Resolved | None = None,
+                 nodes: int = 1) -> SearchStack:
     """The stack ``run`` searches with (and ``plan`` previews). ``out_dir``: where the
     stack writes what it rejects and each stage's winner (None: nowhere, for a preview);
     ``study``: where Optuna keeps its study (None: in memory); ``weights``: which weights
@@ -130,7 +131,8 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     on the driver, a configuration they refuse is never launched (grid launches it to
     record it); ``workload``: its kind, for the time
     estimate printed with a budget sized from the space; ``resolved``: what the workload
-    resolves a configuration to (the baseline's partners complete a refused suggestion)."""
+    resolves a configuration to (the baseline's partners complete a refused suggestion);
+    ``nodes``: the nodes each trial spans, for the time estimate."""
     notes: list[str] = []
     weights = weights or WeightPlan()
     stage_pins = weights.stage_pins()
@@ -139,7 +141,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         stage_pins = {}
     samples, sized = budget(space, search, samples)
     if sized and not points:
-        took = estimate(samples, objective.rounds, workload)
+        took = estimate(samples, objective.rounds, workload, nodes)
         notes.append(sized + (f"; {took}" if took else "") + "; --samples N sets it")
     rejects = _JsonlLog(out_dir / REJECTED) if out_dir is not None else None
     staged = None

@@ -9,6 +9,7 @@ import random
 from collections.abc import Iterable, Mapping
 
 from search_spaces import knobs
+from search_spaces.constraints import PARTNER
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.search.keys import Config
@@ -51,11 +52,22 @@ def probe(space: SearchSpace, around: Mapping[str, Value], name: str, value: Val
           ) -> Config | None:
     """``around`` with ``name`` set to ``value``; where that breaks a rule of the space (a
     speculative shape the other knobs make impossible), the same value on the baseline
-    instead; None when neither may run."""
-    for start in (around, space.baseline()):
+    instead; a value that runs only beside a partner (constraints.PARTNER: the split over
+    queue pairs needs two or more) with the partner at the first of its values that lets it
+    run, around then on the baseline; None when none may run."""
+    starts = (around, space.baseline())
+    for start in starts:
         point = space.complete({**start, name: value})
         if not space.validate(point):
             return point
+    partner = PARTNER.get((name, value))
+    if partner is None or partner not in space.domains:
+        return None
+    for start in starts:
+        for other in space.domains[partner]:
+            point = space.complete({**start, name: value, partner: other})
+            if not space.validate(point):
+                return point
     return None
 
 
