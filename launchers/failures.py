@@ -7,6 +7,7 @@ Order matters: the first match wins, most specific first.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -191,16 +192,47 @@ def _rebuild(data: dict[str, Any]) -> TrialFailed:
 
 
 _KIND_IN_TEXT = re.compile(r"TrialFailed: \[([a-z_]+)\] (.*)")
+# Ray's texts for an actor (the trial, on node 0) whose node went away: its GCS's ("The actor
+# died because its node has died. Node Id: ...", "the actor's node was terminated
+# unexpectedly: ...") and, before the GCS has noticed, the driver's own (ActorUnavailableError:
+# "The actor <id> is unavailable: ... RpcError: ... Socket closed", its node's raylet gone).
+_NODE_DIED = re.compile(r"its node has died|the actor's node was (?:terminated|preempted)"
+                        r"|NodeDiedError|The actor \w+ is unavailable")
 
 
 def failure_from_error_text(text: str) -> Failure:
-    """Recover a Failure from Ray's error text (error.txt) when the pickle is unavailable."""
+    """Recover a Failure from Ray's error text (error.txt) when the pickle is unavailable.
+    A trial whose own node died (node 0 of a trial across nodes) is ``node_lost``."""
     match = _KIND_IN_TEXT.search(text)
     if match:
         try:
             return Failure(FailureKind(match.group(1)), match.group(2).strip(), log_tail=text[-4000:])
         except ValueError:
             pass
+    died = _NODE_DIED.search(text)
+    if died:
+        line = next(ln.strip() for ln in text.splitlines() if died.group(0) in ln)
+        return Failure(FailureKind.NODE_LOST, f"the trial's own node lost: {line[:300]}",
+                       log_tail=text[-4000:], details={"node": "node 0", "node_rank": 0})
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return Failure(FailureKind.CRASHED, lines[-1][:300] if lines else "trial errored",
                    log_tail=text[-4000:])
+
+
+# Kinds a node can meet by itself (its fabric, its GPUs' memory, its machine): read from a
+# follower's log only, they say little about the configuration until they repeat elsewhere.
+FOLLOWER_KINDS = frozenset({FailureKind.NCCL_ERROR.value, FailureKind.CRASHED.value,
+                            FailureKind.CUDA_OOM.value})
+
+
+def follower_placement(failure: Mapping[str, Any] | None) -> str | None:
+    """Where a failure read from a follower's log only (a node of rank >= 1 named, a kind
+    of FOLLOWER_KINDS) happened: the trial's nodes as one key (their set). None for any other
+    failure (node 0's, one node's, another kind)."""
+    if not failure or str(failure.get("kind")) not in FOLLOWER_KINDS:
+        return None
+    details = failure.get("details") or {}
+    nodes = details.get("placement")
+    if not isinstance(details.get("node_rank"), int) or details["node_rank"] < 1 or not nodes:
+        return None
+    return ",".join(sorted(str(n) for n in nodes))

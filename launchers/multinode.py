@@ -40,6 +40,14 @@ def on_node(plan: LaunchPlan, gpu_ids: tuple[str, ...]) -> LaunchPlan:
     return replace(plan, env={**plan.env, GPUS_ENV: ",".join(gpu_ids)})
 
 
+def with_port(plan: LaunchPlan, port: int) -> LaunchPlan:
+    """``plan`` serving on ``port`` (its ``--port`` word and ``port``): a node's own port."""
+    argv = list(plan.argv)
+    if "--port" in argv[:-1]:
+        argv[argv.index("--port") + 1] = str(port)
+    return replace(plan, argv=tuple(argv), port=port)
+
+
 def _word(word: str) -> str:
     """A shell word: quoted, the meeting address left to the shell's variable."""
     if ADDR_PLACEHOLDER in word:

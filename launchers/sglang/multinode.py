@@ -1,10 +1,15 @@
 """SGLang across nodes: one server process per node, each with SGLang's own multi-node
 arguments (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``, read in
 ``sglang/srt/arg_groups/fields/parallel.py``), the same command otherwise. Node 0 runs the
-HTTP server and the tokenizer; the other nodes run only their schedulers
-(``srt/entrypoints/http_server.py``: a node of rank >= 1 returns once its schedulers exit),
-so only node 0 listens on ``--port``. ``--tp-size`` counts every GPU of every node, and SGLang
-requires it to split evenly over the nodes (``srt/arg_groups/validation_hook.py``).
+HTTP server and the tokenizer; the other nodes ("followers") run only their schedulers, and
+serve a dummy health server (``/health``, ``/health_generate``, ``/ping``: 200) on the same
+``--host``/``--port`` once their schedulers are ready (``srt/entrypoints/engine.py``,
+``Engine._launch_subprocesses``: ``launch_dummy_health_check_server`` for node_rank >= 1).
+So every node's plan holds the port, checked free on its own node before the launch and
+waited for after the stop (tuner/run/node_server.py). A follower ignores SIGTERM (it waits for
+rank 0's ShutdownReq broadcast): node 0 is stopped first. ``--tp-size`` counts every GPU of
+every node, and SGLang requires it to split evenly over the nodes
+(``srt/arg_groups/validation_hook.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ def spread(plan: LaunchPlan, ctx: TrialContext, tp: int) -> LaunchPlan:
     addr = ctx.dist_init_addr or ADDR_PLACEHOLDER
     nodes = [replace(plan, argv=(*plan.argv, *node_flags(ctx.nodes, rank, addr)), notes=())
              for rank in range(ctx.nodes)]
-    peers = tuple(replace(p, port=None) for p in nodes[1:])  # only node 0 serves HTTP
+    peers = tuple(nodes[1:])  # each on --port too: the followers' dummy health server
     note = (f"{ctx.nodes} nodes, one server each: --tp-size {tp} over "
             f"{ctx.nodes} x {tp // ctx.nodes} GPUs; node 0 serves and is benchmarked; NCCL "
             "crosses the network between nodes")

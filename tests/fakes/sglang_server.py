@@ -276,6 +276,8 @@ class FakeServer:
         log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
         log("Gracefully exiting... Remaining number of requests 0. Remaining requests "
             "remaining_rids=[].")
+        if self.peers is not None:  # its ShutdownReq, broadcast: every node's ranks stop
+            self.peers.shutdown()
         log(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, "
             f"pid={os.getpid()}")
         self.ranks.stop()
@@ -306,7 +308,7 @@ class FakeServer:
         shown = {k: v for k, v in vars(a).items() if not k.startswith("fake_")}
         log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
         self.apply_sglang_env()
-        if a.node_rank > 0:  # no HTTP on a node of rank >= 1 (tests/fakes/fake_nodes.py)
+        if a.node_rank > 0:  # a follower: tests/fakes/fake_nodes.py
             return fake_nodes.follower(self, log)
         try:
             http = FakeHTTPServer((a.host, a.port), self)

@@ -3,10 +3,11 @@ head and four nodes of 8 logical GPUs on this machine, joined with --address, tw
 trial, the stand-in server on each node (tests/fakes/fake_nodes.py).
 
 One run does it all (a cluster costs ~10 s and ~1 GiB): two trials at once on disjoint node
-pairs; a node killed mid-trial (its raylet, its Ray workers and its server, as a machine
-dies): that trial fails as node_lost with the node named, the search goes on on the three
+pairs; a follower's node killed mid-trial, then another trial's node 0 (the node the trial
+itself runs on), each as a machine dies (its raylet, its Ray workers and its servers): both
+trials fail as node_lost with the node named, no value is ruled out, the search goes on on the
 nodes left, and nothing of the experiment is left on any node; each trial's plan and
-best/launch.sh show both nodes' commands.
+best/launch.sh show both nodes' commands, and each follower served its own port.
 """
 
 from __future__ import annotations
@@ -84,48 +85,54 @@ def _nodes(exp: Experiment, trial: str) -> list[dict[str, Any]] | None:
 BASELINE = load_preset("nccl-multinode").baseline()
 
 
-def _victim(exp: Experiment) -> tuple[str, dict[str, Any]] | None:
+def _victim(exp: Experiment, rank: int, spared: set[str]
+            ) -> tuple[str, dict[str, Any]] | None:
     """A trial other than the baseline (a lost node there is no verdict on the environment,
-    but no baseline to compare with either) in the middle of its rounds, and its node 1."""
+    but no baseline to compare with either) and ``spared``, in the middle of its rounds, and
+    its node ``rank``."""
     journal = exp.journal()
     ended = {e["trial_id"] for e in journal if e.get("event") == "end"}
     rounds = exp.rounds_reported()
     for event in journal:
         trial = event.get("trial_id")
-        if event.get("event") != "start" or trial in ended or rounds.get(trial, 0) < 1:
+        if event.get("event") != "start" or trial in ended | spared or rounds.get(trial, 0) < 1:
             continue
         if all(event["config"].get(k) == v for k, v in BASELINE.items()):
             continue
         nodes = _nodes(exp, trial)
         if nodes:
-            return trial, nodes[1]
+            return trial, nodes[rank]
     return None
 
 
 def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Both ran at once (a trial that died with its node 0 never wrote its end)."""
     ta, tb = a["timings"], b["timings"]
+    if "wall_end" not in ta or "wall_end" not in tb:
+        return False
     return ta["wall_start"] < tb["wall_end"] and tb["wall_start"] < ta["wall_end"]
 
 
-def test_two_node_trials_two_at_once_survive_a_node_killed_mid_trial(
+def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_trial(
         cluster: SimCluster, tmp_path: Path) -> None:
-    """Run after the sweep test: it needs all four nodes, and kills one."""
+    """Run after the sweep test: it needs all four nodes, and kills two."""
     exp = Experiment.create(tmp_path, cluster.ray_tmp)
     run = exp.start(_args(exp, cluster))
     try:
-        seen: dict[str, tuple[str, dict[str, Any]]] = {}
-
-        def measuring() -> bool:
-            found = _victim(exp)
-            if found is not None:
-                seen["victim"] = found
-            return found is not None
-
-        run.wait_for(measuring, timeout=150, what="a trial measuring across nodes")
-        victim, node = seen["victim"]
+        seen: dict[int, tuple[str, dict[str, Any]]] = {}
+        killed_at: dict[int, float] = {}
         every_node = cluster.node_ids()
-        killed_at = time.time()
-        cluster.kill_node(node["node_id"])
+        for rank in (1, 0):  # a follower's node, then another trial's node 0
+
+            def measuring(rank: int = rank) -> bool:
+                found = _victim(exp, rank, {t for t, _ in seen.values()})
+                if found is not None:
+                    seen[rank] = found
+                return found is not None
+
+            run.wait_for(measuring, timeout=150, what=f"a trial measuring (node {rank} to kill)")
+            killed_at[rank] = time.time()
+            cluster.kill_node(seen[rank][1]["node_id"])
         result = run.finish(timeout=240)
         prefix = exp.prefix
         left = {n: left_on(prefix, n) for n in every_node}
@@ -137,16 +144,22 @@ def test_two_node_trials_two_at_once_survive_a_node_killed_mid_trial(
     assert all(not found for found in left.values()), left  # per node, the killed one too
 
     records = exp.records()
-    failed = records[victim]
-    assert failed["status"] == "failed", failed
-    assert failed["failure"]["kind"] == "node_lost", failed["failure"]
-    assert node["node_id"][:16] in failed["failure"]["message"], failed["failure"]
-    assert failed["failure"]["details"]["node_rank"] == 1
-    # The search went on: every other trial ran to its end, one of them started after the kill.
-    others = {t: r for t, r in records.items() if t != victim}
-    assert len(records) == 5 and {r["status"] for r in others.values()} == {"ok"}, {
-        t: (r["status"], r.get("failure")) for t, r in records.items()}
-    assert any(r["timings"]["wall_start"] > killed_at for r in others.values())
+    ends = {e["trial_id"]: e for e in exp.journal() if e.get("event") == "end"}
+    for rank, (victim, node) in seen.items():  # node 0's trial died with it: the journal's
+        failure = ends[victim]["failure"]
+        assert ends[victim]["status"] == "failed" and failure["kind"] == "node_lost", failure
+        assert failure["details"]["node_rank"] == rank, failure
+        assert node["node_id"][:16] in failure["message"], failure
+    # Nothing ruled out (nor suspect): a lost node says nothing about a setting.
+    assert not (exp.out / "ruled_out.json").exists() and not (exp.out / "suspects.json").exists()
+    # The search went on: every other trial ran to its end, one of them started after a kill.
+    victims = {t for t, _ in seen.values()}
+    others = {t: r for t, r in records.items() if t not in victims}
+    assert len(ends) == 5 and {ends[t]["status"] for t in others} == {"ok"}, {
+        t: (e["status"], e.get("failure")) for t, e in ends.items()}
+    assert any(r["timings"]["wall_start"] > killed_at[1] for r in others.values())
+    # Node 0 stopped first, its follower after it: no trial's stop waits out a grace.
+    assert all(r["timings"]["teardown_s"] < 3 for r in others.values()), others
 
     # Two trials at once, each on two nodes of its own.
     pairs = [(a, b) for a in records for b in records if a < b
@@ -169,8 +182,12 @@ def test_two_node_trials_two_at_once_survive_a_node_killed_mid_trial(
     assert "--node-rank 1 --dist-init-addr \"${DIST_INIT_ADDR}\"" in script, script
     # Node 1's server log is in the trial's folder, from its own node, with the GPUs Ray gave
     # that node; the trial's environment reached both nodes' ranks (2 ranks each: 4 NCCL logs).
+    # Node 1 served SGLang's dummy health server on a port of its own (the run's --port 0).
     node1_log = (exp.out / b / "node1" / "server.log").read_text()
     assert node1_log.count("joined at") == 1
+    ports = [n["port"] for n in _nodes(exp, b) or []]
+    assert len(set(ports)) == 2 and f"health check server started in background thread at " \
+        f"127.0.0.1:{ports[1]}" in node1_log, (ports, node1_log[-2000:])
     assert exp.server_gpus(b) == ["0", "1", "2", "3", "4", "5", "6", "7"]
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in node1_log
     nccl_logs = sorted((exp.out / b).glob("nccl.*.log"))

@@ -70,6 +70,19 @@ def test_kind_recovered_from_ray_error_text() -> None:
     assert failure.kind is K.STARTUP_TIMEOUT and failure.message == "not ready after 5 s"
 
 
+def test_a_trial_whose_own_node_died_is_node_lost() -> None:
+    """Node 0 of a trial across nodes is the trial's own node: Ray's text for its actor."""
+    text = ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this "
+            "task.\n\tclass_name: ImplicitFunc\n\tactor_id: 5f1c\n\tpid: 4242\nThe actor "
+            "died because its node has died. Node Id: 8a2bc1\n\tthe actor's node was "
+            "terminated unexpectedly: health check failed")
+    failure = failure_from_error_text(text)
+    assert failure.kind is K.NODE_LOST and failure.details["node_rank"] == 0
+    assert "Node Id: 8a2bc1" in failure.message
+    other = "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task."
+    assert failure_from_error_text(other).kind is K.CRASHED
+
+
 def test_older_nccl_lowercase_spelling_is_recognised() -> None:
     text = "NCCL WARN Error : no algorithm/protocol available for function AllGather"
     assert classify(text, 1) is K.NCCL_INVALID_USAGE

@@ -1,7 +1,9 @@
 """Is it the environment, not a setting? Decided from the search's first trials to end.
 
 - The baseline (no overrides) failed: whatever its kind, the default configuration cannot
-  run here, so no setting can be blamed for anything.
+  run here, so no setting can be blamed for anything. Not so a failure read from a follower's
+  log only (``launchers.failures.follower_placement``: one node's fabric or memory): that
+  one joins the opening streak like any other.
 - The first ``STREAK`` trials to end in a session (a run, or a resume) all failed with the same
   kind and message (numbers and ids aside), and their configurations have no setting in common
   beyond the baseline's: the failure does not follow the settings.
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from launchers.failures import follower_placement
 from search_spaces.knobs import Value
 
 STREAK = 3  # three trials with nothing in common failing alike is no coincidence of settings
@@ -86,7 +89,8 @@ class EnvironmentCheck:
             return []
         if outcome.kind in LOST:
             return [outcome]
-        if outcome.failure is not None and self._is_baseline(outcome.config):
+        if outcome.failure is not None and self._is_baseline(outcome.config) and \
+                follower_placement(outcome.failure) is None:
             self.verdict = self._broken("baseline", [*self.opening, outcome], outcome)
             self.opening = []
             return []

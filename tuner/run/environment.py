@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.tune import Stopper
 
-from launchers.failures import Failure
+from launchers.failures import Failure, follower_placement
 from search_spaces.knobs import Value
 from tuner.decide.environment import EnvironmentCheck, Outcome
 from tuner.output import broken
@@ -47,7 +47,8 @@ class EnvironmentWatch(Stopper):
     def _feed(self, outcomes: list[Outcome]) -> None:
         if self.feed is not None:
             for outcome in outcomes:
-                self.feed.record_outcome(outcome.trial_id, outcome.config, outcome.kind)
+                self.feed.record_outcome(outcome.trial_id, outcome.config, outcome.kind,
+                                         follower_placement(outcome.failure))
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         return False  # no single trial is stopped for this

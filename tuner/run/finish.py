@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from launchers.failures import follower_placement
 from tuner.decide.confirm import search_decision, served
 from tuner.decide.decision import Decision
 from tuner.output import broken, confirm_text, exports, proposals, report
@@ -64,7 +65,8 @@ def memory(setup: Setup) -> FailureMemory | None:
         if kind is not None and (setup.space.validate(config) or (
                 kind == "invalid_config" and setup.refusal(config))):
             continue
-        outcomes.append((str(tid), config, kind))
+        outcomes.append((str(tid), config, kind,
+                         follower_placement(failure) if kind is not None else None))
     return FailureMemory.replay(setup.space.baseline(), outcomes, setup.space.domains)
 
 

@@ -3,11 +3,15 @@
 
 Node 0's server starts here, as the workload starts it (this process runs on node 0); the
 other nodes' servers start on their own nodes through ``Nodes`` (tuner/run/nodes.py: Ray
-actors pinned to the trial's placement-group bundles). While the trial runs, a watch asks
-every node about its server: when one exits, or its node stops answering, node 0's server is
-stopped too (SGLang's other ranks would wait in NCCL until a timeout) and the trial fails
-with that node named: the node's own failure kind read from its log, or ``node_lost``.
-Teardown stops every node's tree on its node (by PID and by that node's marker).
+actors pinned to the trial's placement-group bundles, each checking its port and GPUs there,
+tuner/run/node_server.py). While the trial runs, a watch asks every node about its server:
+when one exits, or its node stops answering, node 0's server is stopped too (SGLang's other
+ranks would wait in NCCL until a timeout) and the trial fails with that node named: the
+node's own failure kind read from its log (with the trial's nodes, its ``placement``: a
+failure seen on a follower only is held back by the failure memory until it repeats on other
+nodes), or ``node_lost``. Teardown stops node 0 first (SGLang's followers ignore SIGTERM and
+end with rank 0), then each other node's tree on its node after a bounded wait (by PID and by
+that node's marker).
 
 Each node's processes carry a marker of their own, ``<experiment>/<trial>/node<R>`` under the
 trial's, so that a node's teardown never reaches past its node, even where several
@@ -30,6 +34,7 @@ from search_spaces.knobs import Value
 NODE_ENV = "SERVETUNE_NODE"  # the Ray node a server of a multi-node trial runs on
 NODES_FILE = "nodes.json"
 WATCH_INTERVAL_S = 0.5
+FOLLOWER_WAIT_S = 5.0  # at most, once node 0 is down, for a follower to end on its own
 
 
 def node_marker(marker: str, rank: int) -> str:
@@ -59,9 +64,12 @@ class Nodes(Protocol):
     def label(self, rank: int) -> str:
         """How a failure names node ``rank``."""
 
-    def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str) -> list[int]:
+    def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str
+              ) -> list[dict[str, Any]]:
         """Start node r's plan (``plans[r - 1]``) on node r, logging to ``node_log(folder,
-        r)`` there, marked ``node_marker(marker, r)``; returns the pids. Raises NodeLost."""
+        r)`` there, marked ``node_marker(marker, r)``, once its port and GPUs are free there;
+        returns each node's pid and port. Raises NodeLost, or TrialFailed (``port_busy``,
+        ``gpu_busy``) with the node named."""
 
     def poll(self) -> list[int | None]:
         """Each node's server exit code (None: running). Raises NodeLost."""
@@ -69,8 +77,9 @@ class Nodes(Protocol):
     def log_tail(self, rank: int) -> str:
         """The end of node ``rank``'s server log ("" when it cannot be read)."""
 
-    def stop(self, grace: float) -> list[str]:
-        """Stop every node's server tree on its node; returns what could not be done."""
+    def stop(self, wait: float) -> list[str]:
+        """Stop every node's server tree on its node, each after up to ``wait`` s for it to
+        end on its own (node 0 is down); returns what could not be done."""
 
 
 @dataclass
@@ -101,32 +110,49 @@ class MultiNodeWorkload(Workload):
         return plan
 
     def preflight(self, plan: LaunchPlan, ctx: TrialContext) -> list[str]:
-        """Every node's command through the workload's own checks (SGLang's parser)."""
+        """Every node's command through the workload's own checks (SGLang's parser); a
+        node's port is checked on that node (``Nodes.start``), not here."""
         warnings = self.inner.preflight(plan, ctx)
         for peer in plan.peers:
-            warnings += [w for w in self.inner.preflight(peer, ctx) if w not in warnings]
+            warnings += [w for w in self.inner.preflight(replace(peer, port=None), ctx)
+                         if w not in warnings]
         return warnings
 
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> MultiNodeRunning:
         try:
             described = self.nodes.describe()
-            pids = self.nodes.start(plan.peers, ctx.trial_dir, ctx.marker)
+            started = self.nodes.start(plan.peers, ctx.trial_dir, ctx.marker)
         except NodeLost as lost:
-            self.nodes.stop(grace=1.0)
+            self.nodes.stop(wait=0.0)
             raise TrialFailed(lost_failure(self.nodes, lost)) from None
+        except BaseException:  # a node's port or GPUs busy there (TrialFailed, named)
+            self.nodes.stop(wait=0.0)
+            raise
         try:
             running = self.inner.start(replace(plan, env={**plan.env,
                                                           NODE_ENV: self.here.node_id}), ctx)
         except BaseException:
-            self.nodes.stop(grace=1.0)
+            self.nodes.stop(wait=0.0)
             raise
         record = [{"rank": 0, "node_id": self.here.node_id, "address": self.here.address,
                    "gpu_ids": list(ctx.gpu_ids), "pid": running.process.pid,
-                   "marker": ctx.marker}]
-        record += [{**info, "pid": pid, "marker": node_marker(ctx.marker, info["rank"])}
-                   for info, pid in zip(described, pids, strict=True)]
+                   "port": plan.port, "marker": ctx.marker}]
+        record += [{**info, **node, "marker": node_marker(ctx.marker, info["rank"])}
+                   for info, node in zip(described, started, strict=True)]
         (ctx.trial_dir / NODES_FILE).write_text(json.dumps(record, indent=1))
-        return MultiNodeRunning(running, self.nodes, len(plan.peers), ctx.trial_dir)
+        return MultiNodeRunning(running, self.nodes, len(plan.peers), ctx.trial_dir,
+                                [str(n["node_id"]) for n in record])
+
+
+def named(failure: Failure, nodes: Nodes, rank: int, placement: Sequence[str] = ()) -> Failure:
+    """``failure`` as node ``rank``'s: its label in the message, its rank (and the trial's
+    nodes) in the details."""
+    label = nodes.label(rank)
+    failure.message = f"{label}: {failure.message}"
+    failure.details.update(node=label, node_rank=rank)
+    if placement:
+        failure.details["placement"] = list(placement)
+    return failure
 
 
 def lost_failure(nodes: Nodes, lost: NodeLost) -> Failure:
@@ -138,9 +164,11 @@ class MultiNodeRunning(Running):
     """Node 0's started workload, with the other nodes watched: what node 0 serves is what
     every node computes, so node 0's readiness and rounds are the trial's."""
 
-    def __init__(self, inner: Running, nodes: Nodes, peers: int, folder: Path) -> None:
+    def __init__(self, inner: Running, nodes: Nodes, peers: int, folder: Path,
+                 placement: Sequence[str] = ()) -> None:
         self.inner = inner
         self.peers = peers
+        self.placement = list(placement)  # every node's Ray id, node 0 first
         self.process = inner.process
         self.nodes = nodes
         self.folder = folder
@@ -169,11 +197,8 @@ class MultiNodeRunning(Running):
         return self.failure
 
     def _exited(self, rank: int, code: int | None) -> Failure:
-        label = self.nodes.label(rank)
-        failure = Failure.from_log(self.nodes.log_tail(rank), code)
-        failure.message = f"{label}: {failure.message}"
-        failure.details.update(node=label, node_rank=rank)
-        return failure
+        return named(Failure.from_log(self.nodes.log_tail(rank), code), self.nodes, rank,
+                     self.placement)
 
     def _watching(self) -> None:
         while not self._quit.wait(WATCH_INTERVAL_S):
@@ -221,17 +246,15 @@ class MultiNodeRunning(Running):
         return self.inner.profile(steps)
 
     def stop(self) -> None:
-        """Every node's tree on its node, node 0's here, at the same time (a node left alone
-        would report its peers gone); a node that is gone is noted."""
+        """Node 0's tree here first (SGLang's followers ignore SIGTERM: they end with rank 0,
+        on its ShutdownReq or when their collectives find it gone), then every other node's
+        on its node after a bounded wait for it to end on its own; a node that is gone, or
+        its port or GPUs not back, is noted."""
         self._quit.set()
-        problems: list[str] = []
-        others = threading.Thread(target=lambda: problems.extend(
-            self.nodes.stop(grace=self.process.stop_grace)), name="nodes-stop")
-        others.start()
         try:
             self.inner.stop()
         finally:
-            others.join()
+            problems = self.nodes.stop(wait=min(self.process.stop_grace, FOLLOWER_WAIT_S))
         if problems:
             (self.folder / "nodes-stop.txt").write_text("\n".join(problems) + "\n")
         for rank in range(1, self.peers + 1):

@@ -5,8 +5,9 @@ A trial of N nodes holds one placement group of N bundles, each a whole node's G
 CPU), spread strictly over N nodes (``placement``). The trial itself runs in bundle 0, on
 node 0, and starts node 0's server there as any trial does. For bundles 1..N-1 it starts a
 ``NodeAgent`` actor pinned to that bundle: the agent spawns that node's server as a marked
-process tree on its own node (with the GPUs Ray gave the agent, and the trial's environment),
-answers whether it still runs, and stops it by PID and marker there. An agent dies with its
+process tree on its own node (with the GPUs Ray gave the agent, and the trial's environment,
+once its port and GPUs are free there: tuner/run/node_server.py), answers whether it still
+runs, and stops it by PID and marker there, after node 0's. An agent dies with its
 trial (Ray kills actors whose owner died, and their process groups with them); at the end of
 the experiment a task on every live node reaps whatever the experiment's marker still names
 there (``sweep``). Ray-free logic (the watch, the failures) is in tuner/run/multinode.py.
@@ -33,15 +34,17 @@ from ray.util.scheduling_strategies import (
 
 from launchers import process
 from launchers.base import LaunchPlan, TrialContext, Workload
-from launchers.multinode import on_node
+from launchers.failures import TrialFailed
 from tuner.run.multinode import (
     NODE_ENV,
     Here,
     MultiNodeWorkload,
     NodeLost,
+    named,
     node_log,
     node_marker,
 )
+from tuner.run.node_server import STOP_BUDGET_S, NodeServer
 
 CALL_TIMEOUT_S = 10.0  # a node that does not answer a call in this long is taken as lost
 PLACE_TIMEOUT_S = 120.0  # the agents' start (their bundles are already reserved)
@@ -61,43 +64,37 @@ def placement(resources: Mapping[str, float], nodes: int) -> PlacementGroupFacto
 class NodeAgent:
     """Runs on one node of a trial (a Ray actor in that node's bundle): its server's owner."""
 
-    def __init__(self) -> None:
-        self.node_id = ray.get_runtime_context().get_node_id()
-        self.gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
-        self.server: process.ServerProcess | None = None
+    def __init__(self, rank: int, gpu_timeout: float, own_port: bool) -> None:
+        self.node = NodeServer(rank, ray.get_runtime_context().get_node_id(),
+                               tuple(str(g) for g in ray.get_gpu_ids()), gpu_timeout, own_port)
         atexit.register(self._exit)
 
-    def describe(self, rank: int) -> dict[str, Any]:
-        return {"rank": rank, "node_id": self.node_id, "address": ray.util.get_node_ip_address(),
-                "hostname": socket.gethostname(), "gpu_ids": list(self.gpu_ids)}
+    def describe(self) -> dict[str, Any]:
+        return {"rank": self.node.rank, "node_id": self.node.node_id,
+                "address": ray.util.get_node_ip_address(), "hostname": socket.gethostname(),
+                "gpu_ids": list(self.node.gpu_ids)}
 
-    def start(self, plan: LaunchPlan, log_path: str, marker: str) -> int:
-        """Node ``plan`` here, its environment made on this node (its own GPUs)."""
-        plan = on_node(plan, self.gpu_ids)
-        env = {**plan.full_env(), NODE_ENV: self.node_id}
-        self.server = process.ServerProcess.spawn(plan.argv, env, Path(log_path), marker,
-                                                  port=plan.port, host=plan.host)
-        return self.server.pid
+    def start(self, plan: LaunchPlan, log_path: str, marker: str) -> dict[str, Any]:
+        return self.node.start(plan, Path(log_path), marker)
 
     def poll(self) -> int | None:
-        return self.server.poll() if self.server is not None else None
+        return self.node.poll()
 
     def log_tail(self, max_bytes: int) -> str:
-        return self.server.log_text(max_bytes) if self.server is not None else ""
+        return self.node.log_tail(max_bytes)
 
-    def stop(self, grace: float) -> None:
-        if self.server is not None:
-            self.server.stop(grace=grace, port_timeout=2.0)
+    def stop(self, wait: float) -> list[str]:
+        return self.node.stop(wait)
 
     def _exit(self) -> None:
         with suppress(Exception):
-            self.stop(grace=1.0)
+            self.stop(wait=0.0)
 
 
 class RayNodes:
     """Nodes 1..N-1 of the trial this process runs (``tuner.run.multinode.Nodes``)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, gpu_timeout: float = 60.0, own_port: bool = False) -> None:
         pg = get_current_placement_group()
         if pg is None:
             raise RuntimeError("a trial across nodes runs in a placement group (placement())")
@@ -107,7 +104,9 @@ class RayNodes:
             num_cpus=spec[rank].get("CPU", 0), num_gpus=spec[rank].get("GPU", 0),
             max_restarts=0, max_task_retries=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                pg, placement_group_bundle_index=rank)).remote() for rank in range(1, count)]
+                pg, placement_group_bundle_index=rank)).remote(rank, gpu_timeout, own_port)
+            for rank in range(1, count)]
+        self.gpu_timeout = gpu_timeout
         self.info: dict[int, dict[str, Any]] = {}
 
     def _get(self, rank: int, ref: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
@@ -116,14 +115,16 @@ class RayNodes:
         except ray.exceptions.GetTimeoutError:
             raise NodeLost(rank, f"no answer in {timeout:.0f} s") from None
         except ray.exceptions.RayError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, TrialFailed):  # the node's own check (its port, its GPUs)
+                raise TrialFailed(named(cause.failure, self, rank)) from None
             raise NodeLost(rank, str(err).strip().splitlines()[0][:300]) from None
 
     def _each(self, calls: Sequence[Any], timeout: float = CALL_TIMEOUT_S) -> list[Any]:
         return [self._get(rank, ref, timeout) for rank, ref in enumerate(calls, 1)]
 
     def describe(self) -> list[dict[str, Any]]:
-        infos = self._each([a.describe.remote(r) for r, a in enumerate(self.agents, 1)],
-                           PLACE_TIMEOUT_S)
+        infos = self._each([a.describe.remote() for a in self.agents], PLACE_TIMEOUT_S)
         self.info = {info["rank"]: info for info in infos}
         return infos
 
@@ -134,10 +135,11 @@ class RayNodes:
         return (f"node {rank} (Ray node {info['node_id'][:16]}, {info['hostname']} "
                 f"{info['address']})")
 
-    def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str) -> list[int]:
+    def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str
+              ) -> list[dict[str, Any]]:
         pairs = enumerate(zip(self.agents, plans, strict=True), 1)
         return self._each([a.start.remote(plan, str(node_log(folder, r)), node_marker(marker, r))
-                           for r, (a, plan) in pairs])
+                           for r, (a, plan) in pairs], self.gpu_timeout + CALL_TIMEOUT_S)
 
     def poll(self) -> list[int | None]:
         return self._each([a.poll.remote() for a in self.agents])
@@ -149,12 +151,13 @@ class RayNodes:
             return ""
         return text
 
-    def stop(self, grace: float) -> list[str]:
-        refs = [a.stop.remote(grace) for a in self.agents]
+    def stop(self, wait: float) -> list[str]:
+        refs = [a.stop.remote(wait) for a in self.agents]
         problems = []
         for rank, ref in enumerate(refs, 1):
             try:
-                self._get(rank, ref, grace + CALL_TIMEOUT_S)
+                problems += [f"{self.label(rank)}: {p}"
+                             for p in self._get(rank, ref, wait + STOP_BUDGET_S + CALL_TIMEOUT_S)]
             except NodeLost as lost:
                 problems.append(f"{self.label(rank)}: not stopped there: {lost.reason}")
         return problems
@@ -166,17 +169,19 @@ class RayNodes:
 
 
 @contextmanager
-def across_nodes(ctx: TrialContext, workload: Workload, nodes: int
-                 ) -> Iterator[tuple[TrialContext, Workload]]:
+def across_nodes(ctx: TrialContext, workload: Workload, nodes: int, gpu_timeout: float = 60.0,
+                 own_ports: bool = False) -> Iterator[tuple[TrialContext, Workload]]:
     """This trial's context and workload over ``nodes`` nodes (as they are for one): the
-    meeting address is this node's and a free port here; the agents go when the trial ends."""
+    meeting address is this node's and a free port here; each other node waits up to
+    ``gpu_timeout`` for its GPUs and serves on a free port of its own with ``own_ports`` (the
+    run leaves ports to each trial); the agents go when the trial ends."""
     if nodes == 1:
         yield ctx, workload
         return
     address = ray.util.get_node_ip_address()
     here = Here(ray.get_runtime_context().get_node_id(), address)
     ctx = replace(ctx, nodes=nodes, dist_init_addr=f"{address}:{process.free_port(address)}")
-    others = RayNodes(nodes)
+    others = RayNodes(nodes, gpu_timeout, own_ports)
     try:
         yield ctx, MultiNodeWorkload(workload, others, here)
     finally:

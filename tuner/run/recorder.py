@@ -18,10 +18,17 @@ from typing import Any, Protocol
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from launchers.failures import Failure, FailureKind, TrialFailed, failure_from_error_text
+from launchers.failures import (
+    Failure,
+    FailureKind,
+    TrialFailed,
+    failure_from_error_text,
+    follower_placement,
+)
 from search_spaces.knobs import Value
-from tuner.output.files import JOURNAL, append_jsonl, read_journal
+from tuner.output.files import JOURNAL, append_jsonl, read_journal, read_json
 from tuner.output.results import write_table
+from tuner.run.multinode import NODES_FILE
 from tuner.spec import Objective
 
 log = logging.getLogger(__name__)
@@ -74,11 +81,25 @@ def trial_failure(trial: Trial) -> Failure:
     return failure_from_error_text(text) if text else Failure(FailureKind.CRASHED, "trial errored")
 
 
-class OutcomeFeed(Protocol):
-    """Who learns each finished trial's failure kind (the failure-aware searcher)."""
+def with_lost_node(failure: Failure, trial_dir: Path) -> Failure:
+    """A trial that died with its own node (``node_lost``, node 0): that node named as the
+    trial's nodes.json has it (a trial across nodes writes one once its servers start)."""
+    if failure.kind is not FailureKind.NODE_LOST or failure.details.get("node_rank") != 0:
+        return failure
+    nodes = read_json(trial_dir / NODES_FILE) or []
+    if nodes and isinstance(nodes[0], dict) and nodes[0].get("node_id"):
+        label = f"node 0 (Ray node {str(nodes[0]['node_id'])[:16]}, {nodes[0].get('address')})"
+        failure.message = failure.message.replace("the trial's own node", label, 1)
+        failure.details.update(node=label, node_id=nodes[0]["node_id"])
+    return failure
 
-    def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None
-                       ) -> None: ...
+
+class OutcomeFeed(Protocol):
+    """Who learns each finished trial's failure kind (the failure-aware searcher), and the
+    nodes of a failure seen on a follower only (``follower_placement``)."""
+
+    def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None,
+                       placement: str | None = None) -> None: ...
 
 
 class OutcomeWatch(Protocol):
@@ -147,7 +168,7 @@ class Recorder(Callback):
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
                        ) -> None:
-        failure = trial_failure(trial)
+        failure = with_lost_node(trial_failure(trial), self.out_dir / trial.trial_id)
         self._write({"event": "end", "trial_id": trial.trial_id, "status": "failed",
                      "failure": failure.to_json()})
         self._outcome(trial, failure)
@@ -157,8 +178,9 @@ class Recorder(Callback):
         if self.watch is not None:
             self.watch.observe(trial.trial_id, dict(trial.config), failure)
         elif self.feed is not None:
-            self.feed.record_outcome(trial.trial_id, dict(trial.config),
-                                     failure.kind.value if failure else None)
+            self.feed.record_outcome(
+                trial.trial_id, dict(trial.config), failure.kind.value if failure else None,
+                follower_placement(failure.to_json()) if failure else None)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self._table()

@@ -50,7 +50,8 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
     guard = ExitGuard(ctx.marker, spec.stop_grace)
     atexit.register(guard)
     try:  # across nodes: the trial's other nodes, each starting its server there
-        with across_nodes(ctx, setup.workload, spec.nodes_per_trial) as (ctx, workload):
+        with across_nodes(ctx, setup.workload, spec.nodes_per_trial, spec.gpu_clean_timeout,
+                          own_ports=spec.workload.port == 0) as (ctx, workload):
             run_trial(config, space=setup.space, workload=workload, ctx=ctx,
                       rounds=spec.rounds, report=report, limits=limits_of(spec),
                       experiment_prefix=setup.marker_prefix, stopping=guard.stopping)

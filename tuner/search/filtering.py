@@ -265,10 +265,12 @@ class FilteringSearcher(OwnSpaceSearcher):
                 self.searcher.add_evaluated_point(params, value if value is not None else 0.0,
                                                   error=value is None)
 
-    def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None) -> None:
-        """Called by the results recorder with each finished trial's failure kind. A config
-        the space's rules or the workload's checks refuse (grid launches them, to record
-        them) teaches the memory nothing about any one value: the refusal names the
-        configuration (SGLang's TypeError for steps without topk is no verdict on steps)."""
+    def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None,
+                       placement: str | None = None) -> None:
+        """Called by the results recorder with each finished trial's failure kind (and the
+        nodes of a failure seen on a follower only). A config the space's rules or the
+        workload's checks refuse (grid launches them, to record them) teaches the memory
+        nothing about any one value: the refusal names the configuration (SGLang's
+        TypeError for steps without topk is no verdict on steps)."""
         if self.memory is not None and not (kind is not None and self._invalid(dict(config))):
-            self.memory.record(config, trial_id, kind)
+            self.memory.record(config, trial_id, kind, placement)

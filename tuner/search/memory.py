@@ -19,7 +19,11 @@ them: a setting that failed only beside the baseline's memory fraction is a susp
 levers.
 
 Every kind counts except those that say nothing about the configuration (a busy port or GPU,
-a path the workload does not model). ``invalid_config`` is deterministic like a crash: one
+a path the workload does not model, a node lost). A failure read from a follower's log only
+(a trial across nodes: ``nccl_error``, ``crashed`` or ``cuda_oom`` on a node of rank >= 1,
+``launchers.failures.follower_placement``) is held back, as environmental, until a failure of
+that kind repeats on another placement (another set of nodes) with a setting in common: one
+node's fabric or memory rules nothing out. ``invalid_config`` is deterministic like a crash: one
 failure on the baseline convicts. Kinds that can strike a good configuration by chance (a
 timeout, a hang, a crash in the middle of a benchmark) need two failures.
 """
@@ -43,6 +47,9 @@ ENVIRONMENTAL = frozenset({"port_busy", "gpu_busy", "not_modelled", "node_lost"}
 FLAKY = frozenset({"startup_timeout", "watchdog_hang", "benchmark_hang", "crashed_mid_benchmark"})
 
 Setting = tuple[str, str]  # (knob, value as JSON)
+# A finished trial: id, config, failure kind (None: it ran)[, follower-only placement].
+Outcome = (tuple[str, Mapping[str, Value], str | None]
+           | tuple[str, Mapping[str, Value], str | None, str | None])
 
 
 def _setting(name: str, value: Value) -> Setting:
@@ -134,6 +141,7 @@ class FailureMemory:
         # can change; None: the baseline's knobs, values unknown
         self.domains = None if domains is None else dict(domains)
         self.failures: list[Failed] = []
+        self.held: list[tuple[Failed, str]] = []  # follower-only failures and their placement
         self.ran: dict[Setting, str] = {}  # setting -> the first trial it succeeded in
         self.successes: list[tuple[str, frozenset[Setting]]] = []
         self._verdicts: list[Verdict] | None = None  # cache, rebuilt after each record
@@ -143,8 +151,10 @@ class FailureMemory:
         return frozenset(_setting(n, v) for n, v in without_weights(config).items()
                          if not (n in self.never and self.never[n] == v))
 
-    def record(self, config: Mapping[str, Value], trial_id: str, kind: str | None) -> None:
-        """``kind`` None: the trial ran fine."""
+    def record(self, config: Mapping[str, Value], trial_id: str, kind: str | None,
+               placement: str | None = None) -> None:
+        """``kind`` None: the trial ran fine. ``placement``: the nodes of a failure read
+        from a follower's log only (held back until it repeats on other nodes)."""
         if kind in ENVIRONMENTAL:
             return
         settings = self._settings(config)
@@ -153,8 +163,24 @@ class FailureMemory:
             self.successes.append((trial_id, settings))
             for setting in settings:
                 self.ran.setdefault(setting, trial_id)
-        elif all(f.trial != trial_id for f in self.failures):
+        elif any(f.trial == trial_id for f in self.failures) or \
+                any(f.trial == trial_id for f, _ in self.held):
+            return
+        elif placement is not None:
+            self._hold(Failed(trial_id, kind, settings), placement)
+        else:
             self.failures.append(Failed(trial_id, kind, settings))
+
+    def _hold(self, failed: Failed, placement: str) -> None:
+        """A follower-only failure counts once one of its kind, sharing a setting with it,
+        was seen on another set of nodes (both count then); until then it is held."""
+        again = [(f, p) for f, p in self.held if f.kind == failed.kind and p != placement
+                 and f.settings & failed.settings]
+        if not again:
+            self.held.append((failed, placement))
+            return
+        self.held = [h for h in self.held if h not in again]
+        self.failures += [f for f, _ in again] + [failed]
 
     # ------------------------------------------------------------ verdicts
     def verdicts(self) -> list[Verdict]:
@@ -243,14 +269,17 @@ class FailureMemory:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_verdicts": None, "_suspects": []}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"held": [], **state})  # a memory pickled before ``held``
+
     @classmethod
-    def replay(cls, never: Mapping[str, Value], outcomes: Iterable[tuple[str, Mapping[str, Value],
-                                                                            str | None]],
+    def replay(cls, never: Mapping[str, Value], outcomes: Iterable[Outcome],
                domains: Mapping[str, tuple[Value, ...]] | None = None) -> FailureMemory:
         """The memory a run built, from its trials' outcomes (trial id, config, failure kind
-        or None) in the order they ended; ``domains``: the space's, as the run had them."""
+        or None[, follower-only placement]) in the order they ended; ``domains``: the
+        space's, as the run had them."""
         memory = cls(never, domains)
-        for trial_id, config, kind in outcomes:
-            memory.record(config, trial_id, kind)
+        for trial_id, config, kind, *placement in outcomes:
+            memory.record(config, trial_id, kind, placement[0] if placement else None)
         return memory
 

@@ -42,7 +42,8 @@ def test_every_node_gets_the_same_command_with_its_rank(tmp_path: Path) -> None:
         assert node.env == plan.env  # the trial's environment on every node
         cut = node.argv.index("--nnodes")
         assert node.argv[:cut] == plan.argv[:cut]
-    assert plan.port == 30001 and all(p.port is None for p in plan.peers)  # node 0 serves
+    # Node 0 serves; each follower serves SGLang's dummy health server on its --port too.
+    assert plan.port == 30001 and all(p.port == 30001 for p in plan.peers)
     assert any("3 nodes, one server each: --tp-size 24 over 3 x 8 GPUs" in n for n in plan.notes)
 
 

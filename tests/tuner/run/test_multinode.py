@@ -15,8 +15,7 @@ import pytest
 
 from launchers import process
 from launchers.base import LaunchPlan, TrialContext
-from launchers.failures import TrialFailed
-from launchers.multinode import on_node
+from launchers.failures import TrialFailed, follower_placement
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
 from search_spaces.space import load_preset
@@ -24,14 +23,15 @@ from tests.integration.servetune_runs import FAST, STAND_IN
 from tuner.run.cluster import Cluster, trial_slots
 from tuner.run.lifecycle import Limits
 from tuner.run.multinode import (
-    NODE_ENV,
     NODES_FILE,
     Here,
     MultiNodeWorkload,
     NodeLost,
+    named,
     node_log,
     node_marker,
 )
+from tuner.run.node_server import NodeServer
 from tuner.run.trial import FAILURE_FILE, run_trial
 from tuner.spec import SpecError
 
@@ -40,12 +40,20 @@ LIMITS = Limits(ready_timeout=30.0, stop_grace=1.0, gpu_clean_timeout=0.0)
 
 
 class LocalNodes:
-    """The other nodes, here: each node's server a marked tree of this process."""
+    """The other nodes, here: each node's server a marked tree of this process, started and
+    stopped as the agent on that node does (``NodeServer``)."""
 
-    def __init__(self, count: int) -> None:
-        self.servers: dict[int, process.ServerProcess] = {}
+    def __init__(self, count: int, own_port: bool = True, gpu_ids: tuple[str, ...] = ("0",)
+                 ) -> None:
         self.count = count
+        self.nodes = {r: NodeServer(r, f"local{r}", gpu_ids, 0.0, own_port)
+                      for r in range(1, count)}
         self.gone: set[int] = set()  # nodes that stopped answering
+        self.stops: list[float] = []  # each stop's wait
+
+    @property
+    def servers(self) -> dict[int, process.ServerProcess]:
+        return {r: n.server for r, n in self.nodes.items() if n.server is not None}
 
     def _alive(self, rank: int) -> None:
         if rank in self.gone:
@@ -58,28 +66,30 @@ class LocalNodes:
     def label(self, rank: int) -> str:
         return f"node {rank} (local{rank})"
 
-    def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str) -> list[int]:
-        for rank, plan in enumerate(plans, 1):
-            plan = on_node(plan, ("0",))
-            self.servers[rank] = process.ServerProcess.spawn(
-                plan.argv, {**plan.full_env(), NODE_ENV: f"local{rank}"},
-                node_log(folder, rank), node_marker(marker, rank))
-        return [s.pid for s in self.servers.values()]
+    def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str
+              ) -> list[dict[str, Any]]:
+        try:
+            return [self.nodes[r].start(plan, node_log(folder, r), node_marker(marker, r))
+                    for r, plan in enumerate(plans, 1)]
+        except TrialFailed as failed:  # as RayNodes names the node
+            rank = failed.failure.details["node_rank"]
+            raise TrialFailed(named(failed.failure, self, rank)) from None
 
     def poll(self) -> list[int | None]:
-        for rank in self.servers:
+        for rank in self.nodes:
             self._alive(rank)
-        return [s.poll() for s in self.servers.values()]
+        return [n.poll() for n in self.nodes.values()]
 
     def log_tail(self, rank: int) -> str:
-        return self.servers[rank].log_text() if rank not in self.gone else ""
+        return self.nodes[rank].log_tail(1 << 20) if rank not in self.gone else ""
 
-    def stop(self, grace: float) -> list[str]:
+    def stop(self, wait: float) -> list[str]:
+        self.stops.append(wait)
         problems = []
-        for rank, server in self.servers.items():
+        for rank, node in self.nodes.items():
             if rank in self.gone:
                 problems.append(f"{self.label(rank)}: not stopped there")
-            server.stop(grace=grace)  # a test's own: gone or not, nothing may be left
+            problems += node.stop(wait)  # a test's own: gone or not, nothing may be left
         return problems
 
 
@@ -142,6 +152,8 @@ def test_a_failed_node_fails_the_trial_named(tmp_path: Path, lost: bool) -> None
     assert failure.message.startswith("node 1 (local1)")
     assert failure.kind.value == ("node_lost" if lost else "crashed")
     assert json.loads((ctx.trial_dir / FAILURE_FILE).read_text())["kind"] == failure.kind.value
+    if not lost:  # seen on a follower only: where, for the failure memory
+        assert follower_placement(failure.to_json()) == "local0,local1"
     assert len(reports) < 6
     assert not leftovers(ctx), leftovers(ctx)
 

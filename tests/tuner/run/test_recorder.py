@@ -4,6 +4,7 @@ across a resume, and the recorder survives the pickling a resume puts it through
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,8 +41,8 @@ class FakeTrial:
 class Feed:
     seen: list[tuple[str, str | None]] = field(default_factory=list)
 
-    def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None
-                       ) -> None:
+    def record_outcome(self, trial_id: str, config: Mapping[str, Value], kind: str | None,
+                       placement: str | None = None) -> None:
         self.seen.append((trial_id, kind))
 
 
@@ -76,3 +77,31 @@ def test_launch_order_continues_after_a_resume(tmp_path: Path) -> None:
     again.on_trial_start(0, [], FakeTrial("b", {"NCCL_PROTO": "LL"}))
     orders = [e["order"] for e in read_journal(tmp_path / JOURNAL) if e["event"] == "start"]
     assert orders == [0, 1]
+
+
+class LostTrial(FakeTrial):
+    """A trial across nodes whose own node (node 0) died under it: Ray's text, no pickle."""
+
+    def get_error(self) -> str:
+        return ("ray.exceptions.ActorUnavailableError: The actor 85ce1e5d8966cf0b1884504702 is "
+                "unavailable: The actor is temporarily unavailable: RpcError: RPC error: Socket "
+                "closed rpc_code: 14. The task may or may not have been executed on the actor.")
+
+
+def test_a_trial_that_died_with_its_node_0_is_node_lost_with_that_node_named(
+        tmp_path: Path) -> None:
+    feed = Feed()
+    rec = Recorder(tmp_path, Objective("tok_s", "max", 2), BASELINE, feed=feed)
+    lost = LostTrial("c", {"NCCL_PROTO": "LL"})
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "nodes.json").write_text(json.dumps([
+        {"rank": 0, "node_id": "a1b2c3d4e5f6a7b8c9d0", "address": "10.0.0.7"},
+        {"rank": 1, "node_id": "ffff", "address": "10.0.0.8"}]))
+    rec.on_trial_start(0, [], lost)
+    rec.on_trial_error(0, [], lost)
+    [end] = [e for e in read_journal(tmp_path / JOURNAL) if e["event"] == "end"]
+    failure = end["failure"]
+    assert failure["kind"] == "node_lost" and failure["details"]["node_rank"] == 0
+    assert failure["message"].startswith("node 0 (Ray node a1b2c3d4e5f6a7b8, 10.0.0.7) lost: "
+                                         "ray.exceptions.ActorUnavailableError"), failure
+    assert feed.seen == [("c", "node_lost")]  # the memory passes over it (environmental)
