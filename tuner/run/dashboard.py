@@ -31,10 +31,11 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
 def named_trainable(fn: Callable[..., None], resources: Resources, experiment: str,
-                    **parameters: Any) -> type:
+                    on_stop: Callable[[], None] | None = None, **parameters: Any) -> type:
     """``tune.with_resources(tune.with_parameters(fn, **parameters), resources)`` as a class
     whose actors the dashboard lists as ``servetune_trial`` with repr
-    ``servetune_trial <experiment>/<trial id>``."""
+    ``servetune_trial <experiment>/<trial id>``; ``on_stop`` runs in the actor's cleanup
+    (Ray Tune's stop of the trial), before the worker ends."""
     from ray import tune
     from ray.tune.trainable.function_trainable import wrap_function
 
@@ -45,6 +46,13 @@ def named_trainable(fn: Callable[..., None], resources: Resources, experiment: s
 
         def __repr__(self) -> str:
             return f"{TRAINABLE_NAME} {self._experiment}/{self.trial_id}"
+
+        def cleanup(self) -> None:
+            try:  # Ray's own first: it releases a training thread waiting in report()
+                super().cleanup()
+            finally:
+                if on_stop is not None:
+                    on_stop()
 
     ServetuneTrial.__name__ = ServetuneTrial.__qualname__ = TRAINABLE_NAME
     held = resources if isinstance(resources, tune.PlacementGroupFactory) else dict(resources)

@@ -61,11 +61,17 @@ def stop_on_signals(prefix: str, out_dir: Path, save: Callable[[], object],
         return
 
     def handler(signum: int, frame: object) -> None:
-        code = stop_now(prefix, out_dir, signum, save, echo)
-        for stream in (sys.stdout, sys.stderr):
+        code = 128 + signum
+        try:
+            code = stop_now(prefix, out_dir, signum, save, echo)
+        except BaseException as err:  # a stop that failed half-way still ends the driver here
             with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code)  # no unwinding through Ray: its exit hooks would wait on the dead Ray
+                echo(f"the stop met {type(err).__name__}: {err}; exiting")
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)  # no unwinding through Ray: its exit hooks would wait on the dead Ray
 
     def arm() -> None:
         for sig in SIGNALS:

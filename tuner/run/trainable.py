@@ -18,6 +18,8 @@ from tuner.run.lifecycle import Limits
 from tuner.setup import Setup, prepare
 from tuner.spec import ExperimentSpec
 
+_GUARDS: list[ExitGuard] = []  # this worker's trials (one at a time), for ``wind_down``
+
 
 def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
     """One trial inside Ray: the context from Ray (trial id, GPUs, node), then ``run_trial``."""
@@ -49,6 +51,7 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
 
     guard = ExitGuard(ctx.marker, spec.stop_grace)
     atexit.register(guard)
+    _GUARDS.append(guard)
     try:  # across nodes: the trial's other nodes, each starting its server there
         with across_nodes(ctx, setup.workload, spec.nodes_per_trial, spec.gpu_clean_timeout,
                           own_ports=spec.workload.port == 0) as (ctx, workload):
@@ -58,6 +61,7 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
     finally:
         guard.done.set()
         atexit.unregister(guard)
+        _GUARDS.remove(guard)
 
 
 def limits_of(spec: ExperimentSpec) -> Limits:
@@ -73,8 +77,17 @@ def make_trainable(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, f
         from tuner.run.nodes import placement
 
         held = placement(resources, spec.nodes_per_trial)
-    return named_trainable(servetune_trial, held, setup.spec.name,
+    return named_trainable(servetune_trial, held, setup.spec.name, on_stop=wind_down,
                            spec_json=spec.model_dump_json())
+
+
+def wind_down() -> None:
+    """The trial actor's ``cleanup`` (Ray Tune's stop of a trial, ASHA's included): the
+    server tree stopped and the trial's own record written before Ray ends the worker. At
+    exit alone (``ExitGuard`` via atexit) a loaded box lost the race: Ray killed the worker
+    before the stopped trial recorded its teardown."""
+    for guard in _GUARDS:
+        guard()
 
 
 class ExitGuard:
