@@ -41,8 +41,12 @@ def stop_now(prefix: str, out_dir: Path, signum: int, save: Callable[[], object]
     began = time.monotonic()
     name = signal.Signals(signum).name
     echo(f"{name}: stopping the servers and Ray of {out_dir.name}")
-    killed = process.reap_all(prefix, grace=grace)
+    # The table first: once the private Ray dies, Ray's core worker in this process may end
+    # it before the handler does (exit 1 under load); then again with what the stop added.
     with contextlib.suppress(Exception):  # the journal itself is on disk already
+        save()
+    killed = process.reap_all(prefix, grace=grace)
+    with contextlib.suppress(Exception):
         save()
     echo(f"stopped on {name} in {time.monotonic() - began:.1f} s ({len(killed)} processes "
          f"ended); the journal is saved in {out_dir}")
