@@ -53,9 +53,10 @@ def test_run_confirms_the_top_configs_against_the_baseline(confirmed_run: Run) -
         assert entry["objective"]["n"] == n and entry["objective"]["low"] is not None
         assert entry["verify_ms"]["n"] == n and entry["verify_ms"]["mean"] > 0
         assert entry["failed"] == []
-    # The baseline launched as long as any candidate was open, and no longer.
+    # Rounds alternate the baseline with the open candidates: a stage that ends inside a
+    # round leaves the sides at most one launch apart.
     launches = [len(e["trials"]) for e in data["entries"]]
-    assert launches[0] == max(launches[1:])
+    assert abs(launches[0] - max(launches[1:])) <= 1, launches
     # Fresh launches: every repeat is its own trial with its own server log.
     for tid in confirm_ids:
         assert (exp.out / tid / "server.log").is_file()
