@@ -37,6 +37,13 @@ WATCH_INTERVAL_S = 0.5
 FOLLOWER_WAIT_S = 5.0  # at most, once node 0 is down, for a follower to end on its own
 
 
+def node_label(rank: int, info: Mapping[str, Any]) -> str:
+    """How a failure names node ``rank`` from what is known of it (``describe``, nodes.json):
+    its Ray node id, host name where known, and address."""
+    host = f"{info['hostname']} " if info.get("hostname") else ""
+    return f"node {rank} (Ray node {str(info['node_id'])[:16]}, {host}{info.get('address')})"
+
+
 def node_marker(marker: str, rank: int) -> str:
     """The marker of node ``rank``'s processes (node 0 keeps the trial's own)."""
     return marker if rank == 0 else f"{marker}/node{rank}"

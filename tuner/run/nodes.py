@@ -41,6 +41,7 @@ from tuner.run.multinode import (
     MultiNodeWorkload,
     NodeLost,
     named,
+    node_label,
     node_log,
     node_marker,
 )
@@ -132,8 +133,7 @@ class RayNodes:
         info = self.info.get(rank)
         if info is None:
             return f"node {rank}"
-        return (f"node {rank} (Ray node {info['node_id'][:16]}, {info['hostname']} "
-                f"{info['address']})")
+        return node_label(rank, info)
 
     def start(self, plans: Sequence[LaunchPlan], folder: Path, marker: str
               ) -> list[dict[str, Any]]:

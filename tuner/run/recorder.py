@@ -28,7 +28,7 @@ from launchers.failures import (
 from search_spaces.knobs import Value
 from tuner.output.files import JOURNAL, append_jsonl, read_journal, read_json
 from tuner.output.results import write_table
-from tuner.run.multinode import NODES_FILE
+from tuner.run.multinode import NODES_FILE, node_label
 from tuner.spec import Objective
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def with_lost_node(failure: Failure, trial_dir: Path) -> Failure:
         return failure
     nodes = read_json(trial_dir / NODES_FILE) or []
     if nodes and isinstance(nodes[0], dict) and nodes[0].get("node_id"):
-        label = f"node 0 (Ray node {str(nodes[0]['node_id'])[:16]}, {nodes[0].get('address')})"
+        label = node_label(0, nodes[0])
         failure.message = failure.message.replace("the trial's own node", label, 1)
         failure.details.update(node=label, node_id=nodes[0]["node_id"])
     return failure

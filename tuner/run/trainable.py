@@ -86,17 +86,17 @@ def wind_down() -> None:
     server tree stopped and the trial's own record written before Ray ends the worker. At
     exit alone (``ExitGuard`` via atexit) a loaded box lost the race: Ray killed the worker
     before the stopped trial recorded its teardown."""
-    for guard in _GUARDS:
+    for guard in list(_GUARDS):  # the trial's own thread removes its guard as it ends
         guard()
 
 
 class ExitGuard:
     """Ray ends a stopped trial's worker process without waiting for the trial's own
-    ``finally`` (its cleanup does not wait for the training thread), and then kills the
-    worker's children. Python still runs atexit handlers on that exit: this one stops the
-    trial's server tree by its marker (setsid grandchildren too) and gives the trial a few
-    seconds to record itself, so a stopped trial leaves its folder complete and its node
-    free before the next trial starts there."""
+    ``finally`` (Ray's cleanup does not wait for the training thread), and then kills the
+    worker's children. The guard stops the trial's server tree by its marker (setsid
+    grandchildren too) and gives the trial a few seconds to record itself, so a stopped trial
+    leaves its folder complete and its node free before the next trial starts there: called
+    from the actor's cleanup (``wind_down``), and at exit (atexit) for an end without one."""
 
     def __init__(self, marker: str, grace: float) -> None:
         self.marker = marker
