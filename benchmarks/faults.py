@@ -74,7 +74,7 @@ class Outcome:
 
 
 Scenario = Callable[[Path, Path], list[Outcome]]
-TIMEOUT = 240.0
+TIMEOUT = 480.0  # a safety net: a run on a loaded box takes minutes
 
 
 def _lost(exp: Experiment, before: list[str]) -> list[str]:
@@ -106,9 +106,10 @@ TRIAL_FAULTS: dict[int, tuple[str, str, str]] = {
 }
 GOOD = 262144
 STOP_GRACE = 1.0
-# The hung server's wait. 5 s was too short for a good one on a loaded 2-core box: CI's
-# baseline stand-in missed it twice, and the run stopped as a broken environment.
-READY_TIMEOUT = 20.0
+# The hung server's wait, which every good server must beat: 5 s was too short on a loaded
+# 2-core box (CI's baseline stand-in missed it twice and the run stopped as a broken
+# environment); with two busy loops beside the suite a stand-in took 14 s to its first line.
+READY_TIMEOUT = 45.0
 
 
 def trial_faults(root: Path, ray_tmp: Path) -> list[Outcome]:

@@ -98,9 +98,11 @@ class Experiment:
         return cls(root / name, ray_tmp, model, **kwargs)
 
     # ------------------------------------------------------------ running
-    def args(self, *extra: str, server: str | None = None, ready_timeout: float = 20.0
+    def args(self, *extra: str, server: str | None = None, ready_timeout: float = 90.0
              ) -> list[str]:
-        """The usual flags: the stand-in, 8 logical GPUs, short rounds, no confirm stage."""
+        """The usual flags: the stand-in, 8 logical GPUs, short rounds, no confirm stage.
+        ``ready_timeout`` is a safety net for healthy servers, never a verdict: on a loaded
+        2-core box a stand-in that is ready in 1 s idle took 14 s to print its first line."""
         # --launch-spread: the stand-in's launches differ by its round noise alone (1%)
         return ["--model", str(self.model), "--server-cmd", server or stand_in(),
                 "--launch-spread", "0.02",

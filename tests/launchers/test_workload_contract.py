@@ -44,7 +44,7 @@ def _sglang(root: Path, broken: bool) -> WorkloadArgs:
     return SGLangArgs(model=str(root / "model"), server_cmd=[*STAND_IN, *fault],
                       speculative_algorithm="EAGLE3", input_len=16, output_len=16,
                       requests_per_round=2, warmup_requests=1, preflight=False,
-                      ready_timeout=30)
+                      ready_timeout=120)
 
 
 def _proxy(root: Path, broken: bool) -> WorkloadArgs:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from launchers import gpu, process
+from launchers.priority import PRIVATE_RAY_ENV
 from tuner.spec import ExperimentSpec, SpecError
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -90,11 +91,12 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
 
     _tune_env(spec)
     started_here = spec.address is None
-    # The private Ray's processes carry the run's marker and owner, and its workers must not
-    # join another cluster; joining one changes nothing here.
+    # The private Ray's processes carry the run's marker and owner, its workers (and the
+    # servers they start) run at the driver's niceness, not Ray's +15, and they must not join
+    # another cluster; joining one changes nothing here.
     private_env: dict[str, str | None] = {
         process.MARKER_ENV: process.ray_marker(marker_prefix), process.OWNER_ENV: str(os.getpid()),
-        ADDRESS_ENV: None}
+        ADDRESS_ENV: None, **PRIVATE_RAY_ENV}
     with process.environ(private_env if started_here else {}):
         if started_here:
             info = ray.init(address="local", num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,

@@ -35,6 +35,7 @@ from ray.util.scheduling_strategies import (
 from launchers import process
 from launchers.base import LaunchPlan, TrialContext, Workload
 from launchers.failures import TrialFailed
+from launchers.priority import match_parent_priority
 from tuner.run.multinode import (
     NODE_ENV,
     Here,
@@ -66,6 +67,7 @@ class NodeAgent:
     """Runs on one node of a trial (a Ray actor in that node's bundle): its server's owner."""
 
     def __init__(self, rank: int, gpu_timeout: float, own_port: bool) -> None:
+        self.priority = match_parent_priority()  # not Ray's worker niceness for the server
         self.node = NodeServer(rank, ray.get_runtime_context().get_node_id(),
                                tuple(str(g) for g in ray.get_gpu_ids()), gpu_timeout, own_port)
         atexit.register(self._exit)
@@ -73,7 +75,7 @@ class NodeAgent:
     def describe(self) -> dict[str, Any]:
         return {"rank": self.node.rank, "node_id": self.node.node_id,
                 "address": ray.util.get_node_ip_address(), "hostname": socket.gethostname(),
-                "gpu_ids": list(self.node.gpu_ids)}
+                "gpu_ids": list(self.node.gpu_ids), "priority": self.priority}
 
     def start(self, plan: LaunchPlan, log_path: str, marker: str) -> dict[str, Any]:
         return self.node.start(plan, Path(log_path), marker)

@@ -12,6 +12,7 @@ from typing import Any
 
 from launchers import process
 from launchers.base import TrialContext
+from launchers.priority import match_parent_priority
 from tuner.limits import LimitTracker
 from tuner.run.dashboard import Resources, name_trial, named_trainable
 from tuner.run.lifecycle import Limits
@@ -49,6 +50,8 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
         # with limits, the score the search ranks (the worst value once one breaks).
         tune.report({**metrics, **limits.update(metrics), "node_id": node_id})
 
+    # Ray's workers run at niceness +15 and the server would inherit it (launchers.priority).
+    priority = match_parent_priority()
     guard = ExitGuard(ctx.marker, spec.stop_grace)
     atexit.register(guard)
     _GUARDS.append(guard)
@@ -57,7 +60,8 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
                           own_ports=spec.workload.port == 0) as (ctx, workload):
             run_trial(config, space=setup.space, workload=workload, ctx=ctx,
                       rounds=spec.rounds, report=report, limits=limits_of(spec),
-                      experiment_prefix=setup.marker_prefix, stopping=guard.stopping)
+                      experiment_prefix=setup.marker_prefix, stopping=guard.stopping,
+                      notes=[priority] if priority else [])
     finally:
         guard.done.set()
         atexit.unregister(guard)

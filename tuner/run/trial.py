@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +41,14 @@ def resolve_port(wanted: int | None) -> int | None:
 
 def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Workload,
               ctx: TrialContext, rounds: int, report: Report, limits: Limits | None = None,
-              experiment_prefix: str = "", stopping: threading.Event | None = None
-              ) -> TrialRecord:
+              experiment_prefix: str = "", stopping: threading.Event | None = None,
+              notes: Sequence[str] = ()) -> TrialRecord:
     """Run one configuration; raise TrialFailed (after writing failure.json) when it fails.
 
     The last round is reported once the server is down, so that a stop from the scheduler
     (which comes with that report) finds nothing left to clean up. ``stopping`` is set when
-    the trial is being stopped from outside: a server that dies then is not a failure."""
+    the trial is being stopped from outside: a server that dies then is not a failure.
+    ``notes``: warnings learned before the call, kept with the trial."""
     record = TrialRecord(ctx.trial_id, dict(config))
     folder = ctx.trial_dir
     folder.mkdir(parents=True, exist_ok=True)
@@ -57,6 +58,7 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
     reaped = process.reap(experiment_prefix or f"{ctx.experiment}/", keep=ctx.marker)
     if reaped:
         record.warnings.append(f"reaped {len(reaped)} leftover processes before the trial")
+    record.warnings += [w for w in notes if w not in record.warnings]
     launch = Launch(workload, config, ctx, limits or Limits())
     try:
         reasons = space.validate(config)

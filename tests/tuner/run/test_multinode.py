@@ -36,7 +36,7 @@ from tuner.run.trial import FAILURE_FILE, run_trial
 from tuner.spec import SpecError
 
 SPACE = load_preset("nccl-multinode")
-LIMITS = Limits(ready_timeout=30.0, stop_grace=1.0, gpu_clean_timeout=0.0)
+LIMITS = Limits(ready_timeout=120.0, stop_grace=1.0, gpu_clean_timeout=0.0)
 
 
 class LocalNodes:

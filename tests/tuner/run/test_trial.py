@@ -22,7 +22,7 @@ from tuner.run.lifecycle import Limits
 from tuner.run.trial import run_trial
 
 SPACE = from_mapping({"name": "t", "knobs": {"NCCL_PROTO": ["LL", "Simple"]}}, "test")
-FAST = Limits(ready_timeout=10.0, stop_grace=1.0, gpu_clean_timeout=0.0)
+FAST = Limits(ready_timeout=120.0, stop_grace=1.0, gpu_clean_timeout=0.0)
 
 
 class SleepRunning(Running):
