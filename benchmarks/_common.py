@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-STAND_IN = (sys.executable, "-m", "tests.fakes.sglang_server")
+STAND_IN = (sys.executable, "-m", "simulator.sglang_server")
 READY_RE = re.compile(r"^FAKE_READY_AT (\d+\.\d+)$", re.MULTILINE)
 
 
@@ -28,7 +28,7 @@ def machine() -> str:
 
 
 def with_root_on_path() -> None:
-    """Processes started from here (Ray workers, the stand-in) import ``tests.fakes``."""
+    """Processes started from here (Ray workers, the stand-in) import ``simulator``."""
     parts = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     if str(ROOT) not in sys.path:

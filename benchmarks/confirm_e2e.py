@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
-from tests.integration.servetune_runs import STAND_IN, Experiment, ray_tmpdir
+from simulator.runs import STAND_IN, Experiment, ray_tmpdir
 
 SPACE = """name: confirm-e2e
 description: the user's memory fraction against two others (the stand-in models none)

@@ -4,7 +4,7 @@ What runs: real Ray Tune with servetune's own searcher and scheduler
 (``tuner.search.build_search`` random search, ``build_scheduler("asha" | "fifo")``), one
 trial at a time as servetune runs them (a trial holds a whole node). The trainable does not
 launch the stand-in: each round it evaluates the stand-in's cost model
-(``tests/fakes/cost_model.py``, the model behind the stand-in's timing) for the trial's
+(``simulator/cost_model.py``, the model behind the stand-in's timing) for the trial's
 config and multiplies it by ``1 + noise * N(0, 1)``. This measures the scheduler, not
 process launching (that is ``benchmarks.overhead``). The noise of a (seed, config, round) is
 fixed, so ASHA and FIFO see the same measurement for every round they both run.
@@ -49,7 +49,7 @@ def round_noise(seed: int, config: dict[str, Any], index: int, noise: float) -> 
 
 
 def true_tok_s(config: dict[str, Any]) -> float | None:
-    from tests.fakes.cost_model import config_timing
+    from simulator.cost_model import config_timing
 
     timing = config_timing(config, TP, SPEC_ALGORITHM)
     return None if timing is None else timing.tok_s()

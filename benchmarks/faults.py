@@ -45,7 +45,7 @@ import psutil
 
 from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
 from launchers.process import LOCALHOST, Marked, free_port
-from tests.integration.servetune_runs import Experiment, Result, ray_tmpdir, stand_in
+from simulator.runs import Experiment, Result, ray_tmpdir, stand_in
 from tuner.output.files import BROKEN_JSON
 
 

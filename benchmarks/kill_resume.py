@@ -28,7 +28,7 @@ import pandas as pd
 import psutil
 
 from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
-from tests.integration.servetune_runs import Background, Experiment, ray_tmpdir, stand_in
+from simulator.runs import Background, Experiment, ray_tmpdir, stand_in
 
 SAMPLES = 6
 FINISHED = ("ok", "stopped", "failed")

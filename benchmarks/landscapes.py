@@ -1,7 +1,7 @@
 """Landscapes for the search-efficiency benchmark: a space, a noise-free metric per point, and
 the optimum found by evaluating every valid point.
 
-Cost-model landscapes (the stand-in's ``tests/fakes/cost_model.py``, tok/s at tp 8 with
+Cost-model landscapes (the stand-in's ``simulator/cost_model.py``, tok/s at tp 8 with
 EAGLE3; separable: every knob's best value is the same whatever the others are):
 - ``bench``: verify-campaign's four stages, two values per knob besides the default (243
   points, one of them within 2% of the optimum);
@@ -155,7 +155,7 @@ TREE = ("NCCL_ALGO", "Tree")
 
 def cost_model_tok_s(config: Config) -> float | None:
     """The cost model's tok/s at tp 8 with EAGLE3; None when the stand-in would crash."""
-    from tests.fakes.cost_model import config_timing
+    from simulator.cost_model import config_timing
 
     timing = config_timing(config, TP, SPEC_ALGORITHM)
     return None if timing is None else timing.tok_s()

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
-from tests.integration.servetune_runs import STAND_IN, Experiment, ray_tmpdir
+from simulator.runs import STAND_IN, Experiment, ray_tmpdir
 from tuner.output import readiness
 
 SPECULATIVE_PINS = ("speculative-num-steps=3", "speculative-eagle-topk=1",

@@ -1,5 +1,5 @@
 """Contract: what a follower (a node of rank >= 1) of a trial across nodes does, read from the
-installed SGLang's own source, and the stand-in (tests/fakes/fake_nodes.py) doing the same.
+installed SGLang's own source, and the stand-in (simulator/fake_nodes.py) doing the same.
 
 ``Engine._launch_subprocesses`` (srt/entrypoints/engine.py), for node_rank >= 1: once its
 schedulers are ready, a SIGTERM handler that only logs (rank 0's ShutdownReq broadcast stops
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import fake_nodes
+from simulator import fake_nodes
 from tests.sglang_parser import CONTRACT
 
 pytestmark = CONTRACT

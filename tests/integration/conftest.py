@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.integration.servetune_runs import Experiment, Result, ray_tmpdir
+from simulator.runs import Experiment, Result, ray_tmpdir
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from launchers.process import Marked, marked_processes
-from tests.integration.servetune_runs import ROOT, ray_tmpdir
+from simulator.runs import ROOT, ray_tmpdir
 from tuner.run.multinode import NODE_ENV
 
 # GCS notices a dead node after health_check_failure_threshold x health_check_period_ms.

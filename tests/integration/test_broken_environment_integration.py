@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.servetune_runs import Experiment, ray_tmpdir
+from simulator.runs import Experiment, ray_tmpdir
 
 pytestmark = pytest.mark.integration
 

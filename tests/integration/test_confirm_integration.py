@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from simulator.runs import Experiment, ray_tmpdir, read_results, stand_in
 from tests.integration.conftest import CONFIRM_CAP, Run
-from tests.integration.servetune_runs import Experiment, ray_tmpdir, read_results, stand_in
 from tuner.decide.sequential import MIN_LAUNCHES
 
 # the shared confirm run takes ~100 s on a quiet box and minutes on a loaded one

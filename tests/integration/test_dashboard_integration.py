@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.servetune_runs import Experiment, ray_tmpdir
+from simulator.runs import Experiment, ray_tmpdir
 from tuner.run.dashboard import TRAINABLE_NAME, auth_token, list_actors, list_tasks
 
 pytestmark = pytest.mark.integration

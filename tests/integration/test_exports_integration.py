@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from launchers.base import knob_argv, knob_env
+from simulator.runs import stand_in
 from tests.integration.conftest import Run
-from tests.integration.servetune_runs import stand_in
 from tests.tuner.output.launch_words import flags, script
 from tests.tuner.output.test_tuner_csv import plugin_choice, plugin_load
 

@@ -1,6 +1,6 @@
 """Trials across nodes on a simulated Ray cluster (tests/integration/sim_cluster.py): a CPU
 head and four nodes of 8 logical GPUs on this machine, joined with --address, two nodes per
-trial, the stand-in server on each node (tests/fakes/fake_nodes.py).
+trial, the stand-in server on each node (simulator/fake_nodes.py).
 
 One run does it all (a cluster costs ~10 s and ~1 GiB): two trials at once on disjoint node
 pairs; a follower's node killed mid-trial, then another trial's node 0 (the node the trial
@@ -25,7 +25,7 @@ import pytest
 
 from launchers.process import ServerProcess, marked_processes
 from search_spaces.space import load_preset
-from tests.integration.servetune_runs import ROOT, Experiment, env_for, stand_in
+from simulator.runs import ROOT, Experiment, env_for, stand_in
 from tests.integration.sim_cluster import SimCluster, left_on, sim_cluster
 from tuner.run.multinode import NODE_ENV
 

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from launchers.process import kill_processes, marked_processes
-from tests.integration.servetune_runs import FAST, ROOT, env_for, ray_tmpdir
+from simulator.runs import FAST, ROOT, env_for, ray_tmpdir
 from tuner.spec import ExperimentSpec
 
 pytestmark = pytest.mark.integration
 
 RUN_STAND_IN = ("import runpy\n"
-                "runpy.run_module('tests.fakes.sglang_server', run_name='__main__', "
+                "runpy.run_module('simulator.sglang_server', run_name='__main__', "
                 "alter_sys=True)\n")
 SPACE = "name: two\nknobs:\n  NCCL_ALGO: [allreduce:ring]\n"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from launchers.process import MARKER_ENV, free_port, marked_processes
-from tests.integration.servetune_runs import Experiment, env_for, ray_tmpdir
+from simulator.runs import Experiment, env_for, ray_tmpdir
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.servetune_runs import ROOT, Experiment, Result, ray_tmpdir, stand_in
+from simulator.runs import ROOT, Experiment, Result, ray_tmpdir, stand_in
 
 pytestmark = pytest.mark.integration
 

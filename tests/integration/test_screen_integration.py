@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.servetune_runs import Experiment, ray_tmpdir, read_results
+from simulator.runs import Experiment, ray_tmpdir, read_results
 from tuner.run.screen import env_part
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.kill_resume import Kill, finished_search, ray_session_processes
-from tests.integration.servetune_runs import Background, Experiment, Result, ray_tmpdir
+from simulator.runs import Background, Experiment, Result, ray_tmpdir
 
 pytestmark = pytest.mark.integration
 

@@ -26,10 +26,10 @@ import pandas as pd
 import pytest
 
 from search_spaces.knobs import without_weights
-from tests.fakes import cost_model
+from simulator import cost_model
+from simulator.runs import Experiment, ray_tmpdir
 from tests.integration.conftest import Run
 from tests.integration.headless_browser import chromium_binary, load_page
-from tests.integration.servetune_runs import Experiment, ray_tmpdir
 from tuner.limits import SEARCH_KEY, WORST
 
 pytestmark = pytest.mark.integration

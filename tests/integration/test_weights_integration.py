@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.weights import CampaignRun, Settings, run_campaign, saving
-from tests.integration.servetune_runs import ray_tmpdir, read_results
+from simulator.runs import ray_tmpdir, read_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launchers import priority
-from tests.integration.servetune_runs import ray_tmpdir
+from simulator.runs import ray_tmpdir
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = ("import os; os.nice(5); from launchers.priority import match_parent_priority as m; "

@@ -16,7 +16,7 @@ import pytest
 
 from launchers import trace
 from launchers.sglang import profile
-from tests.fakes.http_stub import serve
+from simulator.http_stub import serve
 from tests.launchers.test_trace import gpu_trace
 
 SPANS = (profile.STEP_SPANS,)

@@ -23,7 +23,7 @@ from search_spaces.knobs import Value
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-STAND_IN = [sys.executable, "-m", "tests.fakes.sglang_server", "--fake-time-scale", "0.05",
+STAND_IN = [sys.executable, "-m", "simulator.sglang_server", "--fake-time-scale", "0.05",
             "--fake-startup-s", "0.2", "--fake-noise", "0"]
 
 

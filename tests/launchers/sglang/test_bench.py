@@ -23,7 +23,7 @@ from launchers.sglang.bench import (
     summarize,
 )
 from launchers.sglang.datasets import TOKEN_ID_RANGE
-from tests.fakes.http_stub import serve
+from simulator.http_stub import serve
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 from launchers.process import free_port
 from launchers.sglang import metrics
 from launchers.sglang.metrics import CounterSnapshot, parse_metrics_text, per_cycle
-from tests.fakes.http_stub import serve
+from simulator.http_stub import serve
 
 LABELS = ('engine_type="unified",model_name="meta-llama/Llama-3.1-70B-Instruct",'
           'moe_ep_rank="0",pp_rank="0"')

@@ -1,6 +1,6 @@
 """SGLangWorkload end to end against the stand-in server: real processes, real HTTP.
 
-The stand-in (tests/fakes/sglang_server.py) is told what to produce (verify ms, draft ms,
+The stand-in (simulator/sglang_server.py) is told what to produce (verify ms, draft ms,
 accept length, no noise) and the workload must read it back through /metrics, /server_info,
 the streamed meta_info, the server's log and NCCL's log files: exactly where SGLang's own
 figures are exact (device-timer counters), within a tolerance where SGLang measures wall
@@ -25,14 +25,14 @@ from launchers.process import free_port, marked_processes, reap_all
 from launchers.sglang.launcher import METRIC_KEYS, SGLangArgs, SGLangRunning, SGLangWorkload
 from launchers.sglang.startup import STARTUP_KEYS
 from search_spaces.knobs import Value
-from tests.fakes.cost_model import OVERHEAD_MS
+from simulator.cost_model import OVERHEAD_MS
 
 pytestmark = pytest.mark.integration
 
 # A healthy stand-in's readiness wait: a safety net (a loaded box starts Python slowly)
 READY_S = 120.0
 ROOT = Path(__file__).resolve().parents[3]
-SERVER = [sys.executable, "-m", "tests.fakes.sglang_server"]
+SERVER = [sys.executable, "-m", "simulator.sglang_server"]
 EXACT = ["--fake-verify-ms", "20", "--fake-draft-ms", "5", "--fake-accept-length", "2.5",
          "--fake-noise", "0", "--fake-startup-s", "0.2", "--decode-log-interval", "5",
          "--fake-time-scale", "0.2"]

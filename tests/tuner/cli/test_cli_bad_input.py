@@ -19,7 +19,7 @@ import pytest
 
 from launchers import gpu
 from launchers.process import free_port
-from tests.integration.servetune_runs import ROOT, STAND_IN, env_for
+from simulator.runs import ROOT, STAND_IN, env_for
 
 SERVER = " ".join(STAND_IN)
 

@@ -18,7 +18,7 @@ import pytest
 from launchers.base import LaunchPlan, TrialContext
 from launchers.process import ServerProcess
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
-from tests.integration.servetune_runs import ROOT
+from simulator.runs import ROOT
 
 SOURCES = [p for top in ("tuner", "launchers", "search_spaces", "benchmarks", "tests")
            for p in (ROOT / top).rglob("*.py")]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import optuna
 
-from tests.integration.servetune_runs import ROOT
+from simulator.runs import ROOT
 from tests.tuner.cli.test_cli_bad_input import Done, assert_bad_input, run_args, servetune
 
 

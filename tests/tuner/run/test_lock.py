@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.servetune_runs import ROOT
+from simulator.runs import ROOT
 from tuner.run.lock import LOCK_FILE, DriverLock, ExperimentBusy, holder
 
 HOLD = ("import sys, time\n"

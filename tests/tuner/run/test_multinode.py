@@ -19,7 +19,7 @@ from launchers.failures import TrialFailed, follower_placement
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
 from search_spaces.space import load_preset
-from tests.integration.servetune_runs import FAST, STAND_IN
+from simulator.runs import FAST, STAND_IN
 from tuner.run.cluster import Cluster, trial_slots
 from tuner.run.lifecycle import Limits
 from tuner.run.multinode import (

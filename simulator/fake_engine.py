@@ -1,4 +1,4 @@
-"""The stand-in's scheduler loop and Prometheus series. TEST EQUIPMENT ONLY.
+"""The stand-in's scheduler loop and Prometheus series (the simulator).
 
 One thread batches requests like SGLang's scheduler: new requests get a prefill pass, then
 every running request advances by one draft+verify cycle per pass, timed by cost_model and
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from tests.fakes import cost_model
-from tests.fakes.fake_ranks import stamp
+from simulator import cost_model
+from simulator.fake_ranks import stamp
 
 if TYPE_CHECKING:
-    from tests.fakes.sglang_server import FakeServer
+    from simulator.sglang_server import FakeServer
 
 _print_lock = threading.Lock()
 # How far the model clock may fall behind before it gives up catching up (a stalled box).

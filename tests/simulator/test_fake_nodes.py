@@ -1,4 +1,4 @@
-"""The stand-in across nodes (tests/fakes/fake_nodes.py): node 0 waits for the others, and
+"""The stand-in across nodes (simulator/fake_nodes.py): node 0 waits for the others, and
 tells when one never comes with torch.distributed's own text; a follower behaves as SGLang's
 (its health server, SIGTERM ignored until node 0 shuts down)."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from launchers.failures import FailureKind
 from launchers.process import LOCALHOST, ServerProcess, free_port, wait_port_free
-from tests.fakes import fake_nodes
-from tests.integration.servetune_runs import FAST, STAND_IN
+from simulator import fake_nodes
+from simulator.runs import FAST, STAND_IN
 
 
 def test_node_0_alone_fails_its_start_with_the_stores_text(tmp_path: Path) -> None:

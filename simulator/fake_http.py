@@ -1,4 +1,4 @@
-"""The stand-in's HTTP side: SGLang's endpoints and response formats. TEST EQUIPMENT ONLY.
+"""The stand-in's HTTP side: SGLang's endpoints and response formats (the simulator).
 
 ``/health``, ``/health_generate`` and ``/ready`` (503 until ready), ``/metrics`` (404 without
 ``--enable-metrics``), ``/server_info`` and ``/model_info`` (and their old aliases),
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from tests.fakes import content
-from tests.fakes.fake_engine import Request
+from simulator import content
+from simulator.fake_engine import Request
 
 if TYPE_CHECKING:
-    from tests.fakes.sglang_server import FakeServer
+    from simulator.sglang_server import FakeServer
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -1,9 +1,10 @@
 """The stand-in server's timing: a pure function of the settings, with a known optimum.
 
-TEST EQUIPMENT ONLY. It models one verify-bound speculative-decoding server on an 8-GPU
-PCIe node, shaped after the field case in shared/reference/peers.md (a ~30 ms verify pass,
-most of it NCCL allreduce): per cycle the target model verifies ``draft_tokens`` tokens per
-request with ``N_ALLREDUCE`` small allreduces, and the draft model runs ``num_steps`` steps.
+Part of the simulator: a model, never a measurement of SGLang. It models one verify-bound
+speculative-decoding server on an 8-GPU PCIe node, shaped after the field case in
+shared/reference/peers.md (a ~30 ms verify pass, most of it NCCL allreduce): per cycle the
+target model verifies ``draft_tokens`` tokens per request with ``N_ALLREDUCE`` small
+allreduces, and the draft model runs ``num_steps`` steps.
 
 What is faster here (the known answer a search should find):
 - allreduce:tree < ring (auto = ring); LL < LL128 < Simple (auto ~ Simple);
@@ -23,6 +24,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from search_spaces import knobs
 from search_spaces.knobs import CATALOGUE, KnobKind, Value
@@ -89,6 +91,12 @@ class Timing:
         return batch * self.accept_length * 1000.0 / self.cycle_ms
 
 
+@overload
+def strtoll(text: str) -> int: ...
+@overload
+def strtoll(text: None) -> None: ...
+@overload
+def strtoll(text: str | None) -> int | None: ...
 def strtoll(text: str | None) -> int | None:
     """NCCL's strtoll: the leading integer ("4M" -> 4), 0 for text, None when unset."""
     if text is None:

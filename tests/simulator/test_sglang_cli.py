@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.fakes import sglang_cli, sglang_server
+from simulator import sglang_cli, sglang_server
 from tests.requirements import unavailable
 from tests.sglang_parser import INSTALL
 
@@ -80,7 +80,7 @@ def test_fixture_matches_the_installed_sglang() -> None:
         unavailable(f"SGLang's parser is not importable with {sys.executable}: "
                     f"{type(err).__name__}: {err} ({INSTALL})")
     fixture = sglang_cli.load_fixture()
-    regenerate = "regenerate it: python -m tests.fakes.sglang_cli"
+    regenerate = "regenerate it: python -m simulator.sglang_cli"
     assert live["sglang"] == fixture["sglang"], f"SGLang {live['sglang']} is installed; {regenerate}"
     old = {tuple(o["flags"]): o for o in fixture["options"]}
     new = {tuple(o["flags"]): o for o in live["options"]}

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from search_spaces.space import load_preset
-from tests.fakes import cost_model
-from tests.fakes.cost_model import SpecParams
+from simulator import cost_model
+from simulator.cost_model import SpecParams
 
 
 def test_pure_and_field_shaped() -> None:

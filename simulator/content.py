@@ -1,5 +1,5 @@
 """How well a draft model could predict a prompt's continuation, from its content alone.
-TEST EQUIPMENT ONLY.
+Part of the simulator: a stand-in, never a measurement of SGLang.
 
 A draft model's tokens are accepted where the text is predictable. The stand-in stands for
 that with one observable: the share of a prompt's words that are among the most frequent

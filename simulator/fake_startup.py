@@ -1,5 +1,5 @@
 """The stand-in's startup: weights by load format, decode CUDA graphs by batch size, with
-SGLang 0.5.23's log lines at the moments it writes them. TEST EQUIPMENT ONLY.
+SGLang 0.5.23's log lines at the moments it writes them (the simulator).
 
 Modelled times (``--fake-load-s``, ``--fake-draft-load-s``, ``--fake-dummy-load-s``,
 ``--fake-capture-s`` per captured batch size, ``--fake-warmup-s``) are seconds of the modelled
@@ -15,7 +15,7 @@ import argparse
 import time
 from collections.abc import Callable
 
-from tests.fakes.cost_model import DEFAULT_GRAPH_MAX_BS
+from simulator.cost_model import DEFAULT_GRAPH_MAX_BS
 
 Log = Callable[[str, str], None]
 

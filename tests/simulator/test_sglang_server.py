@@ -17,7 +17,7 @@ import requests
 from launchers import nccl_log
 from launchers.process import ServerProcess, free_port, kill_processes, marked_processes, reap_all
 from search_spaces.knobs import CATALOGUE, KnobKind
-from tests.fakes import fake_ranks, sglang_server
+from simulator import fake_ranks, sglang_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def _spawn(tmp_path: Path, *extra: str) -> tuple[ServerProcess, str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT),
            **nccl_log.debug_env(tmp_path)}
-    argv = [sys.executable, "-m", "tests.fakes.sglang_server", "--model-path", "m",
+    argv = [sys.executable, "-m", "simulator.sglang_server", "--model-path", "m",
             "--tp-size", "2", "--port", str(port), "--fake-startup-s", "0.1", *extra]
     proc = ServerProcess.spawn(argv, env, tmp_path / "server.log", marker, port=port)
     url = f"http://127.0.0.1:{port}"
@@ -132,7 +132,7 @@ def test_ignore_sigterm_needs_kill(tmp_path: Path) -> None:
 def test_v1_models_answers_before_ready(tmp_path: Path) -> None:
     marker = f"fake-selftest-{uuid.uuid4().hex[:8]}/t"
     port = free_port()
-    argv = [sys.executable, "-m", "tests.fakes.sglang_server", "--model-path", "m", "--port",
+    argv = [sys.executable, "-m", "simulator.sglang_server", "--model-path", "m", "--port",
             str(port), "--fake-fault", "hang-startup"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with ServerProcess.spawn(argv, env, tmp_path / "server.log", marker, port=port):
@@ -152,7 +152,7 @@ def test_v1_models_answers_before_ready(tmp_path: Path) -> None:
 
 def test_each_launch_draws_its_own_factor_on_model_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """--fake-launch-spread: one factor per launch (from the trial's marker), none without it."""
-    from tests.fakes.sglang_server import launch_factor
+    from simulator.sglang_server import launch_factor
 
     assert launch_factor(0.0, 1) == 1.0
     factors = []

@@ -1,9 +1,9 @@
 """Run `servetune` as a user does (a subprocess, real Ray, the stand-in server) and read back
 what it left: results.csv, each trial's trial.json and server.log, and marked processes.
 
-Shared by the integration tests and benchmarks/faults.py. Every run gets its own Ray temp
-dir (RAY_TMPDIR, short: Ray's socket paths are length-limited) so that concurrent test runs
-on one box never share /tmp/ray.
+Shared by the integration tests and the benchmarks (faults, kill_resume, weights,
+confirm_e2e). Every run gets its own Ray temp dir (RAY_TMPDIR, short: Ray's socket paths are
+length-limited) so that concurrent test runs on one box never share /tmp/ray.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from launchers.process import Marked, kill_processes, marked_processes
 from tuner.output.files import JOURNAL, read_journal
 from tuner.spec import ExperimentSpec
 
-ROOT = Path(__file__).resolve().parents[2]
-STAND_IN = (sys.executable, "-m", "tests.fakes.sglang_server")
+ROOT = Path(__file__).resolve().parents[1]
+STAND_IN = (sys.executable, "-m", "simulator.sglang_server")
 # Short, steady rounds: model time dominates the HTTP overhead even on a busy 2-core box.
 FAST = ("--fake-time-scale", "0.2", "--fake-startup-s", "0.2", "--fake-noise", "0.01")
 GPU_LINE = re.compile(r"CUDA_VISIBLE_DEVICES=(\S*)")

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from launchers.sglang import datasets
-from tests.fakes import content, fake_startup, sglang_server
-from tests.fakes.fake_engine import Request
+from simulator import content, fake_startup, sglang_server
+from simulator.fake_engine import Request
 
 PROSE = ("Paris is the capital of France. It is known for the Eiffel Tower and its museums, "
          "which attract millions of visitors each year.")

@@ -1,11 +1,12 @@
-"""A stand-in for an SGLang server. TEST EQUIPMENT ONLY, never the product's default.
+"""A stand-in for an SGLang server: the simulator, never a measurement of SGLang
+and never the product's default.
 
-Run as ``python -m tests.fakes.sglang_server <sglang flags> [--fake-* switches]``. It parses
+Run as ``python -m simulator.sglang_server <sglang flags> [--fake-* switches]``. It parses
 SGLang's own CLI, captured from the installed SGLang into a fixture (sglang_cli.py: unknown
 or ambiguous flags are argparse errors, as in SGLang), logs SGLang's real lines, serves
 SGLang's endpoints (``/health_generate``, ``/health``, ``/ready``, ``/server_info``,
 ``/metrics``, streaming ``/generate``, ...) with SGLang's formats
-(shared/reference/sglang.md), and takes its timing from tests/fakes/cost_model.py through a
+(shared/reference/sglang.md), and takes its timing from simulator/cost_model.py through a
 batching scheduler loop (fake_engine.py). Startup loads weights by load format and captures
 decode graphs by batch size (fake_startup.py); acceptance depends on the prompt's content
 (content.py), and on random weights (``--load-format dummy``) no drafted token is accepted.
@@ -34,12 +35,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tests.fakes import cost_model, fake_nodes, sglang_cli
-from tests.fakes.cost_model import SpecParams, Timing
-from tests.fakes.fake_engine import Engine, Metrics, Request, log
-from tests.fakes.fake_http import FakeHTTPServer
-from tests.fakes.fake_ranks import Ranks
-from tests.fakes.fake_startup import Startup, random_weights, target_load_s
+from simulator import cost_model, fake_nodes, sglang_cli
+from simulator.cost_model import SpecParams, Timing
+from simulator.fake_engine import Engine, Metrics, Request, log
+from simulator.fake_http import FakeHTTPServer
+from simulator.fake_ranks import Ranks
+from simulator.fake_startup import Startup, random_weights, target_load_s
 
 VERSION = "0.5.23"
 FAULTS = ("crash-startup", "hang-startup", "oom-startup", "no-weights-startup",
@@ -49,7 +50,7 @@ FAULTS = ("crash-startup", "hang-startup", "oom-startup", "no-weights-startup",
 SIGQUIT_LAUNCH = "Received sigquit from a child process. It usually means the child failed."
 SIGQUIT_RUNNING = "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
 READY_LINE = "The server is fired up and ready to roll!"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CLI = sglang_cli.load_fixture()
 
 
@@ -59,7 +60,7 @@ CLI = sglang_cli.load_fixture()
 def build_parser() -> argparse.ArgumentParser:
     """SGLang's parser (from the fixture) plus the stand-in's own ``--fake-*`` switches."""
     p = sglang_cli.build_parser(CLI)
-    g = p.add_argument_group("stand-in switches (test equipment only)")
+    g = p.add_argument_group("stand-in switches (the simulator only)")
     g.add_argument("--fake-startup-s", type=float, default=0.3,
                    help="least time to ready (real seconds)")
     g.add_argument("--fake-load-s", type=float, default=0.0,
@@ -308,7 +309,7 @@ class FakeServer:
         shown = {k: v for k, v in vars(a).items() if not k.startswith("fake_")}
         log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")")
         self.apply_sglang_env()
-        if a.node_rank > 0:  # a follower: tests/fakes/fake_nodes.py
+        if a.node_rank > 0:  # a follower: simulator/fake_nodes.py
             return fake_nodes.follower(self, log)
         try:
             http = FakeHTTPServer((a.host, a.port), self)

@@ -1,4 +1,4 @@
-"""The SGLang stand-in across nodes. TEST EQUIPMENT ONLY.
+"""The SGLang stand-in across nodes (the simulator).
 
 With ``--nnodes N --node-rank R --dist-init-addr HOST:PORT`` (SGLang's own flags), the
 stand-in's nodes meet as SGLang's do through torch.distributed's store: node 0 listens at the
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.fakes.fake_startup import target_load_s
+from simulator.fake_startup import target_load_s
 
 Log = Callable[..., None]
 JOIN = b"node "

@@ -1,7 +1,7 @@
 """One rank ("scheduler") process of the SGLang stand-in, and how the server starts them.
-TEST EQUIPMENT ONLY.
+Part of the simulator: a stand-in, never a measurement of SGLang.
 
-Started by tests/fakes/sglang_server.py (``Ranks``) with the server's own environment, like
+Started by simulator/sglang_server.py (``Ranks``) with the server's own environment, like
 SGLang's spawned schedulers. A rank writes NCCL-format INFO lines (shared/reference/nccl.md)
 for the NCCL_* variables it inherited, loads its weights (``--delay``), fails with SGLang's
 real error texts when told to (graph capture and the KV pool come after the weights), reports
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from search_spaces import knobs
-from tests.fakes.cost_model import strtoll
+from simulator.cost_model import strtoll
 
 NCCL_VERSION = "2.28.9+cuda13.0"
 DEFAULT_CHANNELS = 24  # what NCCL picks on the modelled 8-GPU PCIe node
@@ -194,7 +194,7 @@ class Ranks:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.root), env.get("PYTHONPATH"))
                                             if p)
         for rank in range(count):
-            cmd = [sys.executable, "-m", "tests.fakes.fake_ranks", "--rank", str(rank),
+            cmd = [sys.executable, "-m", "simulator.fake_ranks", "--rank", str(rank),
                    "--tp", str(tp), "--ready-fd", str(write_fd), "--delay", str(delay)]
             cmd += ["--fault", fault, "--model", model] if fault else []
             cmd += ["--ignore-sigterm"] if ignore_sigterm else []

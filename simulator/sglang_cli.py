@@ -1,4 +1,4 @@
-"""SGLang's command line, captured from the installed SGLang, for the stand-in. TEST EQUIPMENT.
+"""SGLang's command line, captured from the installed SGLang, for the stand-in (the simulator).
 
 The stand-in (sglang_server.py) accepts exactly the options of SGLang's own parser
 (``ServerArgs.add_cli_args``), read from a fixture, sglang_cli.json, rather than from
@@ -6,7 +6,7 @@ servetune's knob catalogue: so a test that the stand-in accepts a rendered comma
 something about SGLang, not about the catalogue. Regenerate the fixture after an SGLang
 upgrade with
 
-    python -m tests.fakes.sglang_cli
+    python -m simulator.sglang_cli
 
 (needs SGLang's parser importable); a ``contract`` test checks that it matches the installed
 SGLang. Each option keeps its spellings, dest, action kind, nargs, value type, choices,
