@@ -1,57 +1,25 @@
-"""The experiment folder's files, their names and how they are written: JSON atomically,
-the journal (results.jsonl) one flushed line per event."""
+"""The experiment folder's file names and writers, kept here for the modules that import them
+from output (the searchers write rejected.jsonl and stages.json): they live in
+``tuner.record.files``, the one place that reads and writes an experiment's files."""
 
-from __future__ import annotations
+from tuner.record.files import (
+    BEST_DIR,
+    BEST_JSON,
+    BROKEN_JSON,
+    CONFIRM_JSON,
+    INPUTS_JSON,
+    JOURNAL,
+    REJECTED,
+    RESULTS_CSV,
+    RULED_OUT_JSON,
+    RUN_JSON,
+    STAGES_JSON,
+    append_jsonl,
+    read_journal,
+    read_json,
+    write_json,
+)
 
-import json
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
-
-JOURNAL = "results.jsonl"  # every trial event as it happened
-REJECTED = "rejected.jsonl"  # suggestions never launched (invalid, ruled out, repeats)
-RESULTS_CSV = "results.csv"
-BEST_JSON = "best.json"
-BEST_DIR = "best"
-CONFIRM_JSON = "confirm.json"
-RULED_OUT_JSON = "ruled_out.json"
-STAGES_JSON = "stages.json"
-RUN_JSON = "run.json"
-INPUTS_JSON = "inputs.json"  # what the workload measures with (its prompts)
-BROKEN_JSON = "broken_environment.json"  # why the search stopped: the environment, not a setting
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
-
-
-def read_json(path: Path) -> Any:
-    """The file's JSON, or None when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def append_jsonl(path: Path, entry: Mapping[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(entry, default=str) + "\n")
-        f.flush()
-
-
-def read_journal(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a journal (a line cut by a crash is skipped)."""
-    entries = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return entries
+__all__ = ["BEST_DIR", "BEST_JSON", "BROKEN_JSON", "CONFIRM_JSON", "INPUTS_JSON", "JOURNAL",
+           "REJECTED", "RESULTS_CSV", "RULED_OUT_JSON", "RUN_JSON", "STAGES_JSON",
+           "append_jsonl", "read_journal", "read_json", "write_json"]

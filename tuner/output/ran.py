@@ -6,27 +6,15 @@ tokens whatever was asked)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-from search_spaces.knobs import CATALOGUE, Value
+from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
-from tuner.spec import ExperimentSpec, SpecError
+from tuner.record.ran import Reader, asked_column, differs, reader, same, shown, trial_ran
 
-Reader = Callable[[Mapping[str, Value], Path], dict[str, Value]]
-_READERS: dict[str, Reader] = {}
-
-
-def reader(out_dir: Path) -> Reader | None:
-    """The experiment's workload's reading of what its trials ran (None: not an experiment
-    folder yet)."""
-    key = str(Path(out_dir).resolve())
-    if key not in _READERS:
-        try:
-            _READERS[key] = ExperimentSpec.load(Path(out_dir)).workload.build().ran
-        except (SpecError, OSError, ValueError):
-            return None
-    return _READERS[key]
+__all__ = ["Reader", "asked_column", "differs", "experiment_of", "launched", "reader",
+           "row_configs", "same", "shown", "trial_ran"]
 
 
 def experiment_of(path: Path) -> Path | None:
@@ -35,18 +23,6 @@ def experiment_of(path: Path) -> Path | None:
         if (folder / "servetune.json").is_file():
             return folder
     return None
-
-
-def trial_ran(out_dir: Path, trial_id: str | None, config: Mapping[str, Value]
-              ) -> dict[str, Value]:
-    """What trial ``trial_id``'s server ran of ``config`` ({}: unknown, or it ran as asked)."""
-    read = reader(out_dir)
-    return read(config, Path(out_dir) / trial_id) if read is not None and trial_id else {}
-
-
-def asked_column(name: str) -> str:
-    """results.csv's column of what a trial asked of a knob, where its server ran other."""
-    return f"{name} asked"
 
 
 def _cell(cell: object) -> object:
@@ -79,22 +55,6 @@ def row_configs(row: Mapping[str, object], knobs: list[str]
         elif asked_column(k) in row and row.get(asked_column(k)) == "default":
             asked[k] = None
     return asked, ran
-
-
-def same(name: str, asked: Value, ran: Value) -> bool:
-    """Whether ``ran`` is ``asked``: unset, off and the knob's unset value are one state."""
-    unset = {None, False, CATALOGUE[name].unset if name in CATALOGUE else None}
-    return asked == ran or (asked in unset and ran in unset)
-
-
-def differs(config: Mapping[str, Value], ran: Mapping[str, Value]) -> dict[str, Value]:
-    """The knobs whose server ran other than asked, with the value asked."""
-    return {k: v for k, v in config.items() if k in ran and not same(k, v, ran[k])}
-
-
-def shown(config: Mapping[str, Value], ran: Mapping[str, Value]) -> dict[str, Value]:
-    """``config`` with what ran in place of what was asked."""
-    return {k: ran.get(k, v) if k in ran else v for k, v in config.items()}
 
 
 def launched(config: Mapping[str, Value], ran: Mapping[str, Value], space: SearchSpace

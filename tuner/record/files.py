@@ -1,0 +1,63 @@
+"""The experiment folder's files, their names and how they are written: JSON atomically,
+the journal (results.jsonl) one flushed line per event. The typed records
+(``tuner.record``) read and write through these; other modules name the files from here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+JOURNAL = "results.jsonl"  # every trial event as it happened
+REJECTED = "rejected.jsonl"  # suggestions never launched (invalid, ruled out, repeats)
+RESULTS_CSV = "results.csv"
+BEST_JSON = "best.json"
+BEST_DIR = "best"
+CONFIRM_JSON = "confirm.json"
+RULED_OUT_JSON = "ruled_out.json"
+STAGES_JSON = "stages.json"
+RUN_JSON = "run.json"
+INPUTS_JSON = "inputs.json"  # what the workload measures with (its prompts)
+BROKEN_JSON = "broken_environment.json"  # why the search stopped: the environment
+SUSPECTS_JSON = "suspects.json"  # failed, not ruled out
+COMPLETED = "completed.jsonl"  # suggestions completed with the baseline's partners
+TRIAL_JSON = "trial.json"  # a trial's own record (launchers.base.TrialRecord)
+EFFECTIVE_JSON = "effective.json"  # what NCCL ran in a trial
+PROFILE_JSON = "profile.json"
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    """The file's JSON, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def append_jsonl(path: Path, entry: Mapping[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(entry, default=str) + "\n")
+        f.flush()
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a journal (a line cut by a crash is skipped)."""
+    entries = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries

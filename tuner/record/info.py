@@ -1,0 +1,110 @@
+"""The experiment's other files: run.json (what the run held), stages.json (each stage's
+winner as the staged search knew it), best.json (the decided configuration, ready to
+launch), and the lists a run keeps of what it ruled out, suspects, never launched or
+completed with partners (one entry per item, kept as written)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from tuner.record.base import Frozen, Record
+from tuner.record.files import read_journal, read_json, write_json
+
+
+class RunInfo(Record):
+    """run.json: the Ray cluster the run used and what each trial held."""
+
+    nodes: int | float | None = None
+    gpus_per_node: int | float | None = None
+    gpus_per_trial: int | float | None = None
+    nodes_per_trial: int = 1
+    trials_at_once: int | None = None
+    dashboard_url: str | None = None
+
+
+class StageRecord(Frozen):
+    """One line of stages.json (a list, written by the staged search as each stage ends)."""
+
+    stage: str | None = None
+    pass_: int = Field(default=0, alias="pass")
+    winner: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    pins: dict[str, Any] | None = None
+
+
+class LevelBest(Frozen):
+    level: int | None = None
+    metric: str | None = None
+    trial_id: str | None = None
+    score: float | None = None
+    config: dict[str, Any] | None = None
+
+
+class BestRecord(Record):
+    """best.json: the decided configuration, its evidence and how to launch it."""
+
+    trial_id: str | None = None
+    metric: str = "score"
+    mode: str = "max"
+    score: float | None = None
+    speedup: float | None = None
+    baseline_score: float | None = None
+    decision: str | None = None
+    label: str | None = None
+    evidence: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    served_config: dict[str, Any] = Field(default_factory=dict)
+    argv: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    per_level: list[LevelBest] | None = None
+
+
+class Entry(Frozen):
+    """An item of a list file (ruled_out.json, suspects.json, rejected.jsonl, ...): its keys
+    kept as written."""
+
+
+R = TypeVar("R", bound=Record)
+
+
+def read_record(path: Path, model: type[R]) -> R | None:
+    """A JSON file as its record; None when missing, unreadable or not that record."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def write_record(path: Path, record: Record) -> None:
+    write_json(path, record.dump())
+
+
+_STAGES: TypeAdapter[list[StageRecord]] = TypeAdapter(list[StageRecord])
+
+
+def read_stages(path: Path) -> tuple[StageRecord, ...]:
+    data = read_json(path)
+    try:
+        return tuple(_STAGES.validate_python(data)) if isinstance(data, list) else ()
+    except ValidationError:
+        return ()
+
+
+def read_entries(path: Path) -> tuple[Entry, ...]:
+    """A JSON list or a JSON-lines file, item by item (what is no object is skipped)."""
+    if path.suffix == ".jsonl":
+        items: Any = read_journal(path)
+    else:
+        items = read_json(path) or []
+    return tuple(Entry.model_validate(i) for i in items if isinstance(i, dict)) \
+        if isinstance(items, list) else ()
+
+
+def write_entries(path: Path, entries: list[dict[str, Any]]) -> None:
+    write_json(path, [Entry.model_validate(e).dump() for e in entries])
