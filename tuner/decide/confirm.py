@@ -1,5 +1,6 @@
-"""Which configuration wins: the confirm stage's candidates, statistics and verdicts (no Ray,
-no launches; ``tuner.run.confirm`` runs the launches, ``tuner.decide.sequential`` decides
+"""Which configuration wins: the confirm stage's statistics and verdicts over typed rows
+(``tuner.decide.candidates`` picks what to confirm; no Ray, no files, no launches:
+``tuner.run.confirm`` runs the launches, ``tuner.decide.sequential`` decides
 which launch comes next and when a candidate is decided).
 
 Confirm: the baseline (the user's settings) and the search's best candidates are launched
@@ -16,96 +17,33 @@ the same rule.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
+from tuner.decide.candidates import Candidate, candidates, search_decision, search_score
 from tuner.decide.decision import Decision
 from tuner.decide.sequential import MIN_LAUNCHES, Comparison, Plan, compare
-from tuner.output.results import best_row, feasible, search_rows
+from tuner.record.confirm import ConfirmRecord, DecisionRecord, Launch
+from tuner.record.rows import ResultRow, Rows, rows_of, search_rows
 from tuner.setup import Setup, prepare
 from tuner.spec import Objective
 from tuner.stats import Interval, finite, interval
 
-# ---------------------------------------------------------------- what to confirm
-
-
-@dataclass
-class Candidate:
-    label: str  # "baseline", "top 1", ...
-    config: dict[str, Value]
-    source_trial: str | None  # the search trial it comes from
-    search_score: float | None
-
-
-def _key(config: Mapping[str, Any]) -> str:
-    return json.dumps(dict(config), sort_keys=True, default=str)
-
-
-def candidates(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
-               baseline: Mapping[str, Value], mode: str, top: int,
-               objective: Objective | None = None, spread: float = 0.0) -> list[Candidate]:
-    """The baseline, then the best ``top`` distinct non-baseline configs that completed every
-    round of the search within the limits, and after them any within ``spread`` (one
-    launch's sd, on the log scale) of the best: a single launch cannot rank those (twice
-    ``top`` at most); with several concurrency levels, also each other level's best
-    (``best c<level>``) when it is not among them."""
-    search = search_rows(df)
-    base_rows = search[search["baseline"]] if not search.empty else search
-    base_id = str(base_rows["trial_id"].iloc[0]) if len(base_rows) else None
-    out = [Candidate("baseline", dict(baseline), base_id,
-                     finite(base_rows["score"].iloc[0]) if len(base_rows) else None)]
-    if search.empty:
-        return out
-    done = search[(search["status"] == "ok") & search["score"].notna() & ~search["baseline"]]
-    seen = {_key(baseline)}
-    best: float | None = None
-    for _, row in done[feasible(done)].sort_values("score", ascending=mode == "min").iterrows():
-        config = dict(configs.get(str(row["trial_id"]), {}))
-        score = finite(row["score"])
-        if not config or _key(config) in seen:
-            continue
-        best = score if best is None else best
-        tied = score is not None and best is not None and score > 0 and best > 0 and \
-            abs(math.log(score / best)) <= spread
-        if len(out) > top and (not tied or len(out) > 2 * top):
-            break
-        seen.add(_key(config))
-        out.append(Candidate(f"top {len(out)}", config, str(row["trial_id"]), score))
-    levels = objective.levels if objective is not None and objective.per_level else ()
-    for level in levels:
-        assert objective is not None
-        column = objective.column(level)
-        at = done[feasible(done, level, objective)]
-        at = at[at[column].notna()] if column in at else at.iloc[0:0]
-        for _, row in at.sort_values(column, ascending=mode == "min").head(1).iterrows():
-            config = dict(configs.get(str(row["trial_id"]), {}))
-            if config and _key(config) not in seen and level != objective.decide_at:
-                seen.add(_key(config))
-                out.append(Candidate(f"best c{level}", config, str(row["trial_id"]),
-                                     finite(row["score"])))
-    return out
-
+__all__ = ["Candidate", "attach", "candidates", "comparisons", "decide_confirmed",
+           "entry_interval", "search_decision", "search_score", "served", "speculative_verdict",
+           "summarize", "unconfirmed", "without_speculative_knobs"]
 
 # ---------------------------------------------------------------- statistics and the verdict
 
 
-def _rows(df: pd.DataFrame, ids: Sequence[str]) -> pd.DataFrame:
-    return df[df["trial_id"].isin(list(ids))] if not df.empty else df
-
-
-def _column(rows: pd.DataFrame, name: str) -> list[float | None]:
-    if name not in rows:
+def _column(rows: Sequence[ResultRow], name: str) -> list[float | None]:
+    if not any(name in r for r in rows):
         return []
-    return [finite(v) for v in rows[name]]
+    return [finite(r.get(name)) for r in rows]
 
 
-def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame,
+def summarize(cand: Candidate, ids: Sequence[str], table: Rows,
               objective: Objective | None = None, environmental: Collection[str] = ()
               ) -> dict[str, Any]:
     """A candidate's confirm launches: the objective's interval and verify ms; with limits,
@@ -113,11 +51,10 @@ def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame,
     with several concurrency levels, the same per level (``levels``). Launches that failed
     for a reason outside the configuration (``environmental`` kinds) are ``lost``, not
     ``failed``."""
-    rows = _rows(df, ids)
-    ok = rows[(rows["status"] == "ok") & rows["score"].notna()] if len(rows) else rows
-    failed = rows[rows["status"] == "failed"] if len(rows) else rows
-    ended = [{"trial_id": str(r["trial_id"]), "kind": r.get("failure_kind")}
-             for _, r in failed.iterrows()]
+    rows = [r for r in rows_of(table) if r.trial_id in set(ids)]
+    ok = [r for r in rows if r.done]
+    ended = [Launch(trial_id=r.trial_id, kind=r.failure_kind).dump()
+             for r in rows if r.status == "failed"]
     entry = {
         "label": cand.label, "source_trial": cand.source_trial, "search_score": cand.search_score,
         "config": cand.config, "trials": list(ids), "scores": _column(ok, "score"),
@@ -138,7 +75,8 @@ def summarize(cand: Candidate, ids: Sequence[str], df: pd.DataFrame,
     return entry
 
 
-def _within(ok: pd.DataFrame, objective: Objective, level: int | None) -> dict[str, Any]:
+def _within(ok: Sequence[ResultRow], objective: Objective, level: int | None
+            ) -> dict[str, Any]:
     """The limited metrics' intervals over the launches, and the limits they do not keep."""
     if not objective.limits:
         return {}
@@ -253,15 +191,14 @@ def speculative_verdict(with_scores: Sequence[float], without_scores: Sequence[f
     return data
 
 
-def unconfirmed(df: pd.DataFrame, cands: Sequence[Candidate], repeats: int, mode: str,
+def unconfirmed(table: Rows, cands: Sequence[Candidate], repeats: int, mode: str,
                 base_breaks: Sequence[str] = ()) -> Decision:
     """The decision when no confirm stage decided: the search's best, unchecked against
     noise, or the default when the baseline was not beaten in the search (``cands``: the
     baseline, then the others best first, all within the limits; ``base_breaks``: the
     limits the baseline breaks, when it does)."""
     best = next((c for c in cands[1:]), None)
-    search = search_rows(df)
-    base_ok = len(search) and bool(((search["baseline"]) & (search["status"] == "ok")).any())
+    base_ok = any(r.baseline and r.status == "ok" for r in search_rows(rows_of(table)))
     why = "--confirm 0" if repeats == 0 else "nothing to confirm"
     if base_breaks:
         if best is None:
@@ -302,25 +239,8 @@ def attach(decision: Decision, cands: Sequence[Candidate]) -> Decision:
     return decision
 
 
-def search_decision(df: pd.DataFrame, configs: Mapping[str, Mapping[str, Value]],
-                    objective: Objective, why: str) -> Decision:
-    """The search's best, unconfirmed (no confirm stage ran)."""
-    row = best_row(search_rows(df), objective)
-    if row is None:
-        return Decision("none", "no trial completed every round: no configuration to recommend")
-    tid = str(row["trial_id"])
-    return Decision("unconfirmed", f"{tid} is the search's best ({objective.metric} "
-                    f"{row['score']:.4g}, {row['speedup']:.3f}x the baseline), not checked "
-                    f"against noise ({why})", "top 1", dict(configs.get(tid, {})), tid)
-
-
 def without_speculative_knobs(config: Mapping[str, Value]) -> dict[str, Value]:
     return {k: (None if k in SPECULATIVE_KNOBS else v) for k, v in config.items()}
-
-
-def search_score(df: pd.DataFrame, trial_id: str | None) -> float | None:
-    rows = df[df["trial_id"] == trial_id] if trial_id and not df.empty else df.iloc[0:0]
-    return finite(rows["score"].iloc[0]) if len(rows) else None
 
 
 def entry_interval(entry: Mapping[str, Any], key: str = "objective") -> Interval:
@@ -328,17 +248,23 @@ def entry_interval(entry: Mapping[str, Any], key: str = "objective") -> Interval
     return Interval(**entry[key])
 
 
-def served(setup: Setup, confirm_data: Mapping[str, Any]) -> tuple[Setup, dict[str, Any]]:
+def served(setup: Setup, confirm_data: ConfirmRecord | Mapping[str, Any]
+           ) -> tuple[Setup, DecisionRecord]:
     """The setup and decision the exports serve: where speculative decoding lost beyond noise,
     the decided settings with it off (the reference's args and config), said in the decision."""
-    decision = dict(confirm_data.get("decision") or {})
-    verdict = confirm_data.get("speculative") or {}
-    args = setup.spec.workload.without_speculative()
-    if verdict.get("pays_off") is not False or args is None or decision.get("config") is None:
+    record = confirm_data if isinstance(confirm_data, ConfirmRecord) else \
+        ConfirmRecord.model_validate(dict(confirm_data))
+    decision = record.decided
+    verdict = record.speculative
+    if verdict is None or verdict.pays_off is not False or decision.config is None:
         return setup, decision
-    decision["config"] = without_speculative_knobs(decision["config"])
-    decision["label"] = f"{decision.get('label')} without speculative decoding"
-    decision["text"] = (f"{decision.get('text', '')}. Speculative decoding does NOT pay off "
-                        "here, beyond launch-to-launch noise: serve without it")
-    decision["speculative"] = False
+    args = setup.spec.workload.without_speculative()
+    if args is None:
+        return setup, decision
+    decision = decision.model_copy(update={
+        "config": without_speculative_knobs(decision.config),
+        "label": f"{decision.label} without speculative decoding",
+        "text": f"{decision.text}. Speculative decoding does NOT pay off here, beyond "
+                "launch-to-launch noise: serve without it",
+        "speculative": False})
     return prepare(setup.spec.model_copy(update={"workload": args})), decision

@@ -11,11 +11,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pandas as pd
-
-from tuner.decide.confirm import Candidate, attach, decide_confirmed, unconfirmed
+from tuner.decide.candidates import Candidate
+from tuner.decide.confirm import attach, decide_confirmed, unconfirmed
 from tuner.decide.decision import Decision
-from tuner.output.results import BREAKS, feasible, level_key, search_rows
+from tuner.record.rows import BREAKS, Rows, by_id, level_key, rows_of, search_rows
 from tuner.spec import Objective
 from tuner.stats import finite
 
@@ -28,54 +27,51 @@ def entries_at(entries: Sequence[Mapping[str, Any]], level: int | None, objectiv
     return [{**e, **(e.get("levels") or {}).get(str(level), {})} for e in entries]
 
 
-def _row(search: pd.DataFrame, trial_id: str | None) -> pd.Series | None:
-    rows = search[search["trial_id"] == trial_id] if trial_id and len(search) else search.iloc[0:0]
-    return rows.iloc[0] if len(rows) else None
-
-
-def candidates_at(df: pd.DataFrame, cands: Sequence[Candidate], level: int | None,
+def candidates_at(table: Rows, cands: Sequence[Candidate], level: int | None,
                   objective: Objective) -> tuple[list[Candidate], list[str]]:
     """The candidates scored at ``level`` (the baseline first, then the best first), those
     outside the level's limits left out; and the limits the baseline breaks there."""
-    search = search_rows(df)
+    search = by_id(search_rows(rows_of(table)))
     column = objective.column(level)
-    within = set(search[feasible(search, level, objective)]["trial_id"]) if len(search) else set()
+    within = {tid for tid, r in search.items() if r.within(level, objective)}
 
     def at(cand: Candidate) -> Candidate:
-        row = _row(search, cand.source_trial)
+        row = search.get(cand.source_trial) if cand.source_trial else None
         score = finite(row.get(column)) if row is not None else None
         return Candidate(cand.label, cand.config, cand.source_trial, score)
 
     others = [at(c) for c in cands[1:] if c.source_trial in within]
     others = sorted((c for c in others if c.search_score is not None),
                     key=lambda c: c.search_score or 0.0, reverse=objective.mode == "max")
-    base = _row(search, cands[0].source_trial) if cands else None
+    base = search.get(cands[0].source_trial or "") if cands else None
     broken = base.get(level_key(BREAKS, level, objective)) if base is not None else None
     base_breaks = [b for b in str(broken).split("; ") if b] if isinstance(broken, str) else []
     return [at(cands[0]), *others] if cands else [], base_breaks
 
 
-def unconfirmed_at(df: pd.DataFrame, cands: Sequence[Candidate], level: int | None,
+def unconfirmed_at(table: Rows, cands: Sequence[Candidate], level: int | None,
                    objective: Objective, repeats: int) -> Decision:
     """The search's best at ``level`` within its limits, unchecked against noise."""
-    scored, base_breaks = candidates_at(df, cands, level, objective)
-    return unconfirmed(df, scored, repeats, objective.mode, base_breaks)
+    rows = rows_of(table)
+    scored, base_breaks = candidates_at(rows, cands, level, objective)
+    return unconfirmed(rows, scored, repeats, objective.mode, base_breaks)
 
 
-def per_level(objective: Objective, df: pd.DataFrame, cands: Sequence[Candidate],
+def per_level(objective: Objective, table: Rows, cands: Sequence[Candidate],
               entries: Sequence[Mapping[str, Any]] | None, repeats: int) -> list[dict[str, Any]]:
     """Each level's decision: from the confirm entries when they decided, else the search's
     means. Empty with one level."""
     if not objective.per_level:
         return []
     out = []
+    rows = rows_of(table)
     for level in objective.levels:
         column = objective.column(level)
         if entries:
             decision = attach(decide_confirmed(entries_at(entries, level, objective), column,
                                                objective.mode, repeats), cands)
         else:
-            decision = unconfirmed_at(df, cands, level, objective, repeats)
+            decision = unconfirmed_at(rows, cands, level, objective, repeats)
         out.append({"level": level, "metric": column, "decision": decision.to_json()})
     return out
 

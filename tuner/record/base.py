@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -40,6 +41,15 @@ class Frozen(BaseModel):
 
     def __contains__(self, name: object) -> bool:
         return name in self.keys()
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a record of its kind with the same content, or to the mapping its file
+        holds (what a caller built by hand)."""
+        if isinstance(other, Mapping) and not isinstance(other, BaseModel):
+            return self.dump() == dict(other)
+        return super().__eq__(other)
+
+    __hash__ = BaseModel.__hash__
 
     def keys(self) -> list[str]:
         """The names on disk of the fields and kept keys (``**record`` works as on a dict)."""

@@ -123,9 +123,9 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
         confirm_data = decision_data(setup, df, why)
     serving, decided = served(setup, confirm_data)  # speculative off where it lost
     if decided != confirm_data.get("decision"):  # the report and confirm.json follow it
-        confirm_data = {**confirm_data, "decision": decided}
+        confirm_data = {**confirm_data, "decision": decided.dump()}
         confirm_text.write(out, confirm_data)
-    decision = Decision.from_json(decided) or Decision("none", "")
+    decision = Decision.from_json(decided.dump()) or Decision("none", "")
     best = exports.export(serving, decision.to_json(), df, confirm_data) if decision.config \
         else None
     if confirm_data.get("entries") or confirm_data.get("speculative"):
