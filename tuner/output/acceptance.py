@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
-from tuner.output.files import JOURNAL
-from tuner.output.results import collect
+from tuner.record.experiment import Experiment
+from tuner.record.files import JOURNAL
 from tuner.stats import finite
 
 ACCEPT = "accept_length"
@@ -30,12 +30,12 @@ def measured_acceptance(folder: Path) -> list[dict[str, Any]]:
     if not (folder / JOURNAL).is_file():
         raise ValueError(f"{folder}: not a servetune experiment with results (no {JOURNAL})")
     launches: dict[tuple[Value, ...], list[float]] = defaultdict(list)
-    for trial in collect(folder).values():
-        if trial.get("variant"):
+    for trial in Experiment.journal(folder).trials.values():
+        if trial.variant:
             continue
-        values = [v for r in trial["rounds"] if (v := finite(r.get(ACCEPT))) is not None]
+        values = [v for r in trial.rounds if (v := finite(r.get(ACCEPT))) is not None]
         if values:
-            shape = tuple(trial["config"].get(k) for k in SPECULATIVE_KNOBS)
+            shape = tuple(trial.config.get(k) for k in SPECULATIVE_KNOBS)
             launches[shape].append(statistics.fmean(values))
     if not launches:
         raise ValueError(f"{folder}: no trial measured {ACCEPT} (was speculative decoding on, "

@@ -20,13 +20,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from launchers import multinode
 from launchers.base import LaunchPlan
-from tuner.output.files import BEST_DIR, BEST_JSON, read_json, write_json
 from tuner.output.ran import launched, trial_ran
 from tuner.output.tuner_csv import tuner_csv, tuner_rules
+from tuner.record.confirm import ConfirmRecord, DecisionRecord, LevelDecision
+from tuner.record.files import BEST_DIR, BEST_JSON
+from tuner.record.info import BestRecord, LevelBest, write_record
+from tuner.record.rows import ResultRow, Rows, by_id, rows_of
+from tuner.record.trial_file import read_effective
 from tuner.setup import Setup
 
 LAUNCH = "launch.sh"
@@ -67,59 +69,51 @@ def write_env(folder: Path, plan: LaunchPlan) -> Path:
 # ---------------------------------------------------------------- best.json and best/
 
 
-def _trial_effective(out: Path, trial_id: str | None) -> dict[str, Any] | None:
-    data = read_json(out / trial_id / "effective.json") if trial_id else None
-    return data if isinstance(data, dict) else None
-
-
-def _ranks(df: pd.DataFrame, trial_id: str | None, setup: Setup) -> int | None:
-    rows = df[df["trial_id"] == trial_id] if trial_id and "nccl_nranks" in df else df.iloc[0:0]
-    if len(rows):
-        value = rows["nccl_nranks"].iloc[0]
-        if value == value and value is not None:
-            return int(value)
+def _ranks(row: ResultRow | None, setup: Setup) -> int | None:
+    value = row.value("nccl_nranks") if row is not None else None
+    if value is not None:
+        return int(value)
     return setup.spec.workload.tp_ranks() or setup.gpus_per_trial or None
 
 
-def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
-           confirm_data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def export(setup: Setup, decision: DecisionRecord | Mapping[str, Any], df: Rows,
+           confirm_data: ConfirmRecord | Mapping[str, Any] | None) -> BestRecord | None:
     """Write best.json and DIR/best/* for the decided configuration (``decision`` as
     confirm.json holds it); None when there is none."""
-    config = decision.get("config")
+    chosen = decision if isinstance(decision, DecisionRecord) else \
+        DecisionRecord.model_validate(dict(decision))
+    config = chosen.config
     if config is None:
         return None
     out = setup.spec.out_dir
-    tid = decision.get("source_trial")
+    tid = chosen.source_trial
     served, changed = launched(config, trial_ran(out, tid, config), setup.space)
     plan = setup.production_plan(served, out / BEST_DIR)
-    rows = df[df["trial_id"] == tid] if tid is not None and not df.empty else df.iloc[0:0]
-    row = rows.iloc[0] if len(rows) else None
-    search = df[(df["baseline"]) & (df.get("phase", "search") == "search")] if not df.empty \
-        else df
-    entry = next((e for e in (confirm_data or {}).get("entries", [])
-                  if e["label"] == decision.get("label")), None)
-    rules, notes = tuner_rules(config, _trial_effective(out, tid), _ranks(df, tid, setup))
-    best = {
+    rows = rows_of(df)
+    row = by_id(rows).get(tid) if tid is not None else None
+    base = next((r for r in rows if r.baseline and r.search), None)
+    confirm = ConfirmRecord.of(confirm_data)
+    entry = confirm.entry(chosen.label) if confirm is not None else None
+    rules, notes = tuner_rules(config, read_effective(out / tid) if tid else None,
+                               _ranks(row, setup))
+    best = BestRecord.model_validate({
         "trial_id": tid, "metric": setup.objective.metric, "mode": setup.objective.mode,
-        "score": _float(row["score"]) if row is not None else None,
-        "speedup": _float(row["speedup"]) if row is not None else None,
-        "baseline_score": _float(search["score"].iloc[0]) if len(search) else None,
-        "decision": decision.get("kind"), "label": decision.get("label"),
-        "evidence": decision.get("text"),
-        "confirmed": entry["objective"] if entry else None,
+        "score": row.score if row is not None else None,
+        "speedup": row.speedup if row is not None else None,
+        "baseline_score": base.score if base is not None else None,
+        "decision": chosen.kind, "label": chosen.label, "evidence": chosen.text,
+        "confirmed": entry.objective.dump() if entry else None,
         "config": dict(config), "served_config": served, "argv": list(plan.argv),
         "env": dict(plan.env),
         "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
         **({"peers": [list(p.argv) for p in plan.peers]} if plan.peers else {}),
         "nccl_tuner_rules": [r.csv_line() for r in rules],
         "limits": [lim.text() for lim in setup.objective.limits],
-    }
-    levels = (confirm_data or {}).get("per_level") or []
-    if levels:
-        best.update(decide_at=setup.objective.decide_at,
-                    same_config=(confirm_data or {}).get("same_config"),
-                    per_level=[_level(setup, item, df) for item in levels])
-    write_json(out / BEST_JSON, best)
+        **({"decide_at": setup.objective.decide_at, "same_config": confirm.same_config,
+            "per_level": [_level(setup, item, rows) for item in confirm.per_level]}
+           if confirm is not None and confirm.per_level else {}),
+    })
+    write_record(out / BEST_JSON, best)
     folder = out / BEST_DIR
     write_launch(folder, plan, changed)
     write_env(folder, plan)
@@ -128,29 +122,20 @@ def export(setup: Setup, decision: Mapping[str, Any], df: pd.DataFrame,
     return best
 
 
-def _level(setup: Setup, item: Mapping[str, Any], df: pd.DataFrame) -> dict[str, Any]:
+def _level(setup: Setup, item: LevelDecision, rows: Sequence[ResultRow]) -> LevelBest:
     """One concurrency level's decision as best.json holds it, ready to launch."""
-    decision = item.get("decision") or {}
-    config, tid = decision.get("config"), decision.get("source_trial")
-    rows = df[df["trial_id"] == tid] if tid is not None and not df.empty else df.iloc[0:0]
-    column = str(item.get("metric"))
+    decision = item.decision
+    config, tid = decision.config, decision.source_trial
+    row = by_id(rows).get(tid) if tid is not None else None
+    column = str(item.metric)
     entry: dict[str, Any] = {
-        "level": item.get("level"), "metric": column, "decision": decision.get("kind"),
-        "label": decision.get("label"), "evidence": decision.get("text"), "trial_id": tid,
-        "score": _float(rows[column].iloc[0]) if len(rows) and column in rows else None,
-        "config": config}
+        "level": item.level, "metric": column, "decision": decision.kind,
+        "label": decision.label, "evidence": decision.text, "trial_id": tid,
+        "score": row.value(column) if row is not None else None, "config": config}
     if config is not None:
         out = setup.spec.out_dir
         served, _ = launched(config, trial_ran(out, tid, config), setup.space)
         plan = setup.production_plan(served, out / BEST_DIR)
         entry["served_config"] = served
         entry.update(argv=list(plan.argv), env=dict(plan.env), unset_env=list(plan.unset_env))
-    return entry
-
-
-def _float(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if out == out else None
+    return LevelBest.model_validate(entry)

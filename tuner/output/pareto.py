@@ -15,6 +15,8 @@ from matplotlib.figure import Figure
 
 from tuner.limits import Limit, level_column
 from tuner.output.results import feasible, search_rows
+from tuner.record.confirm import ConfirmRecord
+from tuner.record.rows import TRIAL_ID
 from tuner.spec import Objective
 
 DPI = 110
@@ -74,7 +76,7 @@ def _panel(ax: Axes, df: pd.DataFrame, objective: Objective, latency: str,
     _limit_lines(ax, objective.limits, x_col, y_col, latency, objective.metric)
     for mark, trial, size, color, label in (("D", _baseline(rows), 60, "black", "baseline"),
                                             ("*", chosen, 240, BEST, "chosen")):
-        at = rows[rows["trial_id"] == trial] if trial else rows.iloc[0:0]
+        at = rows[rows[TRIAL_ID] == trial] if trial else rows.iloc[0:0]
         if len(at):
             ax.scatter(at[x_col], at[y_col], marker=mark, s=size,
                        color=color, edgecolor="black", zorder=4, label=f"{label} ({trial})")
@@ -89,7 +91,7 @@ def _panel(ax: Axes, df: pd.DataFrame, objective: Objective, latency: str,
 
 def _baseline(rows: pd.DataFrame) -> str | None:
     base = rows[rows["baseline"]] if "baseline" in rows else rows.iloc[0:0]
-    return str(base["trial_id"].iloc[0]) if len(base) else None
+    return str(base[TRIAL_ID].iloc[0]) if len(base) else None
 
 
 def _limit_lines(ax: Axes, limits: Sequence[Limit], x_col: str, y_col: str, latency: str,
@@ -132,15 +134,13 @@ def pareto(df: pd.DataFrame, objective: Objective, path: Path,
     return True
 
 
-def chosen_trials(objective: Objective, confirm_data: Mapping[str, object] | None
+def chosen_trials(objective: Objective, confirm_data: ConfirmRecord | Mapping[str, object] | None
                   ) -> dict[int | None, str | None]:
     """The decided trial at each level (None: the level the search decided at)."""
-    data = dict(confirm_data or {})
-    decision = data.get("decision") or {}
-    out: dict[int | None, str | None] = {
-        None: decision.get("source_trial") if isinstance(decision, dict) else None}
-    levels = data.get("per_level")
-    for item in levels if isinstance(levels, list) else []:
-        out[item.get("level")] = (item.get("decision") or {}).get("source_trial")
+    data = ConfirmRecord.of(confirm_data)
+    if data is None:
+        return {None: None}
+    out: dict[int | None, str | None] = {None: data.decided.source_trial}
+    for item in data.per_level:
+        out[item.level] = item.decision.source_trial
     return out
-

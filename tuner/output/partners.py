@@ -5,25 +5,25 @@ with its partners set as the workload resolved them for the baseline. No Ray."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
-from tuner.output.files import read_journal
+from tuner.record.experiment import Folder, loaded
+from tuner.record.files import COMPLETED
 
-COMPLETED = "completed.jsonl"
+__all__ = ["COMPLETED", "lines", "read"]
 
 
-def read(out_dir: Path) -> Counter[str]:
+def read(folder: Folder) -> Counter[str]:
     """How many suggestions each set of partners completed (``--a=1, --b=2`` -> count)."""
     found: Counter[str] = Counter()
-    for entry in read_journal(out_dir / COMPLETED):
+    for entry in loaded(folder).completed:
         partners = entry.get("partners") or {}
         found[", ".join(f"{n}={v}" for n, v in sorted(partners.items()))] += 1
     return found
 
 
-def lines(out_dir: Path) -> list[str]:
+def lines(folder: Folder) -> list[str]:
     """The run's one line about them (none when no suggestion needed its partners)."""
-    found = read(out_dir)
+    found = read(folder)
     if not found:
         return []
     shown = "; ".join(f"{text} ({n}x)" for text, n in found.most_common(3))

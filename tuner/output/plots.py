@@ -15,6 +15,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tuner.output.progress import short_name
+from tuner.record.confirm import ConfirmRecord
+from tuner.record.rows import TRIAL_ID
 from tuner.stats import finite
 
 DPI = 110
@@ -62,7 +64,7 @@ def objective_by_trial(df: pd.DataFrame, metric: str, path: Path,
     fig = Figure(figsize=(9, 4.2))
     ax = fig.add_subplot()
     df = df.sort_values("order")
-    x = {tid: i + 1 for i, tid in enumerate(df["trial_id"])}
+    x = {tid: i + 1 for i, tid in enumerate(df[TRIAL_ID])}
     search, confirm = _phase(df, "search"), _phase(df, "confirm")
     variant = confirm["variant"] if "variant" in confirm else pd.Series(dtype=object)
     reference = confirm[variant.notna()] if len(confirm) else confirm
@@ -75,17 +77,17 @@ def objective_by_trial(df: pd.DataFrame, metric: str, path: Path,
     for rows, color, marker, label in groups:
         rows = rows[rows["score"].notna()]
         if len(rows):
-            ax.scatter([x[t] for t in rows["trial_id"]], rows["score"], color=color,
+            ax.scatter([x[t] for t in rows[TRIAL_ID]], rows["score"], color=color,
                        marker=marker, s=36, label=label, zorder=3,
                        facecolors="none" if label == "stopped early" else color)
     failed = df[df["status"] == "failed"]
     if len(failed):
-        ax.scatter([x[t] for t in failed["trial_id"]], [0.03] * len(failed), color=FAILED,
+        ax.scatter([x[t] for t in failed[TRIAL_ID]], [0.03] * len(failed), color=FAILED,
                    marker="x", s=50, label=f"failed ({len(failed)})", zorder=3,
                    transform=ax.get_xaxis_transform())
         for _, row in failed.iterrows():
             kind = row.get("failure_kind")
-            ax.annotate(str(kind or "failed"), (x[row["trial_id"]], 0.07),
+            ax.annotate(str(kind or "failed"), (x[row[TRIAL_ID]], 0.07),
                         xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
                         color=FAILED, ha="center", va="bottom")
     base = baseline_score(df)
@@ -93,12 +95,12 @@ def objective_by_trial(df: pd.DataFrame, metric: str, path: Path,
         ax.axhline(base, color="black", linestyle="--", linewidth=1,
                    label=f"baseline {base:.4g}")
     if best_trial in x:
-        row = df[df["trial_id"] == best_trial].iloc[0]
+        row = df[df[TRIAL_ID] == best_trial].iloc[0]
         if finite(row["score"]) is not None:
             ax.scatter([x[best_trial]], [row["score"]], marker="*", s=220, color=BEST,
                        edgecolor="black", zorder=4, label=f"chosen ({best_trial})")
     if len(confirm):
-        first = min(x[t] for t in confirm["trial_id"])
+        first = min(x[t] for t in confirm[TRIAL_ID])
         ax.axvline(first - 0.5, color="#555555", linestyle=":", linewidth=1)
         ax.annotate("confirm stage", (first - 0.4, 0.97), xycoords=("data", "axes fraction"),
                     fontsize=8, va="top", color="#555555")
@@ -195,7 +197,7 @@ def parallel_coordinates(df: pd.DataFrame, metric: str, mode: str, knobs: Sequen
     if done.empty or not knobs:
         return False
     best = done.sort_values("score", ascending=mode == "min").head(top)
-    shown = pd.concat([best, done[done["baseline"] & ~done["trial_id"].isin(best["trial_id"])]])
+    shown = pd.concat([best, done[done["baseline"] & ~done[TRIAL_ID].isin(best[TRIAL_ID])]])
     axes = [*knobs, metric]
     cats = {k: _values(search[k]) for k in knobs}
     lo, hi = float(shown["score"].min()), float(shown["score"].max())
@@ -220,7 +222,7 @@ def parallel_coordinates(df: pd.DataFrame, metric: str, mode: str, knobs: Sequen
         ys = [y(a, row["score"] if a == metric else row[a]) for a in axes]
         if row["baseline"]:
             ax.plot(range(len(axes)), ys, color="black", linestyle="--", linewidth=1.6,
-                    label=f"baseline {row['trial_id']}", zorder=4)
+                    label=f"baseline {row[TRIAL_ID]}", zorder=4)
         else:
             ax.plot(range(len(axes)), ys, color=cmap(norm(row["score"])), linewidth=1.8,
                     alpha=0.9, zorder=3)
@@ -266,7 +268,7 @@ def time_split(df: pd.DataFrame, metric: str, mode: str, path: Path, top: int = 
     rows = pd.concat([done[done["baseline"]], best[~best["baseline"]]])
     fig = Figure(figsize=(8, 0.55 * len(rows) + 1.6))
     ax = fig.add_subplot()
-    labels = [f"{r['trial_id']}{' (baseline)' if r['baseline'] else ''}"
+    labels = [f"{r[TRIAL_ID]}{' (baseline)' if r['baseline'] else ''}"
               for _, r in rows.iterrows()]
     left = [0.0] * len(rows)
     colors = ["#4c72b0", "#dd8452", "#55a868"]
@@ -292,44 +294,43 @@ def time_split(df: pd.DataFrame, metric: str, mode: str, path: Path, top: int = 
 # ---------------------------------------------------------------- the confirm stage
 
 
-def confirm_intervals(data: Mapping[str, Any] | None, path: Path) -> bool:
+def confirm_intervals(data: ConfirmRecord | Mapping[str, Any] | None, path: Path) -> bool:
     """Mean and 95% interval per confirmed configuration, the baseline's interval as a band,
     the speculative-off reference as a point."""
-    entries = list((data or {}).get("entries") or [])
-    if not data or not entries:
+    record = ConfirmRecord.of(data)
+    if record is None or not record.entries:
         return False
-    metric = str(data.get("metric", "score"))
+    entries = record.entries
     fig = Figure(figsize=(8, 0.6 * (len(entries) + 1) + 1.5))
     ax = fig.add_subplot()
     labels = []
-    decided = (data.get("decision") or {}).get("label")
+    decided = record.decided.label
     for i, e in enumerate(entries):
-        iv = e["objective"]
-        labels.append(f"{e['label']} ({e['source_trial'] or '-'})")
-        for s in e.get("scores") or []:
+        iv = e.objective
+        labels.append(f"{e.label} ({e.source_trial or '-'})")
+        for s in e.launch_scores:
             ax.scatter([s], [i], color="#888888", s=12, zorder=3)
-        if iv["mean"] is None:
+        if iv.mean is None:
             continue
-        color = BEST if e["label"] == decided and e["label"] != "baseline" else (
-            "black" if e["label"] == "baseline" else CONFIRM)
-        err = None if iv["low"] is None else [[iv["mean"] - iv["low"]], [iv["high"] - iv["mean"]]]
-        ax.errorbar([iv["mean"]], [i], xerr=err, fmt="o", color=color, capsize=5, zorder=4)
-        if e["label"] == "baseline" and iv["low"] is not None:
-            ax.axvspan(iv["low"], iv["high"], color="#cccccc", alpha=0.5, zorder=1,
+        color = BEST if e.label == decided and e.label != "baseline" else (
+            "black" if e.label == "baseline" else CONFIRM)
+        err = None if iv.low is None or iv.high is None else \
+            [[iv.mean - iv.low], [iv.high - iv.mean]]
+        ax.errorbar([iv.mean], [i], xerr=err, fmt="o", color=color, capsize=5, zorder=4)
+        if e.label == "baseline" and iv.low is not None and iv.high is not None:
+            ax.axvspan(iv.low, iv.high, color="#cccccc", alpha=0.5, zorder=1,
                        label="baseline 95% interval")
-    spec = data.get("speculative") or {}
-    if finite(spec.get("without")) is not None:
+    without = finite(record.speculative.without) if record.speculative else None
+    if without is not None:
         labels.append("without speculative decoding")
-        ax.scatter([spec["without"]], [len(entries)], marker="D", color=REFERENCE, s=40,
-                   zorder=4)
+        ax.scatter([without], [len(entries)], marker="D", color=REFERENCE, s=40, zorder=4)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(f"{metric} (dots: single launches; bars: 95% interval of the mean)")
-    kind = (data.get("decision") or {}).get("kind", "")
-    ax.set_title(f"confirm stage: at most {data.get('repeats')} fresh launches each; "
-                 f"decision: {kind}")
+    ax.set_xlabel(f"{record.metric} (dots: single launches; bars: 95% interval of the mean)")
+    ax.set_title(f"confirm stage: at most {record.repeats} fresh launches each; "
+                 f"decision: {record.decided.kind if record.decision else ''}")
     ax.grid(alpha=0.3, axis="x")
-    if any(e["label"] == "baseline" and e["objective"]["low"] is not None for e in entries):
+    if any(e.label == "baseline" and e.objective.low is not None for e in entries):
         ax.legend(loc="lower right", fontsize=8)
     _save(fig, path)
     return True

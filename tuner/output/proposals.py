@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from search_spaces.knobs import without_weights
-from tuner.output.files import JOURNAL, REJECTED, read_journal
+from tuner.record.experiment import Folder, loaded
+from tuner.record.files import REJECTED
 
 
 @dataclass
@@ -44,20 +44,12 @@ class NotLaunched:
                 + ", ".join(p for p in parts if p) + f"; {REJECTED})")
 
 
-def _launched(out_dir: Path) -> dict[str, dict[str, Any]]:
-    configs: dict[str, dict[str, Any]] = {}
-    for event in read_journal(out_dir / JOURNAL):
-        if event.get("event") == "start" and event.get("trial_id") is not None:
-            configs.setdefault(str(event["trial_id"]), without_weights(event.get("config") or {}))
-    return configs
-
-
-def read(out_dir: Path) -> NotLaunched:
+def read(folder: Folder) -> NotLaunched:
     out = NotLaunched()
-    launched: dict[str, dict[str, Any]] | None = None
-    for entry in read_journal(out_dir / REJECTED):
+    exp = loaded(folder)
+    launched = exp.settings()
+    for entry in exp.rejected:
         if "repeat_of" in entry:
-            launched = _launched(out_dir) if launched is None else launched
             first = launched.get(str(entry["repeat_of"]))
             config: Mapping[str, Any] = without_weights(entry.get("config") or {})
             if first is not None and first == config:
@@ -76,13 +68,13 @@ def read(out_dir: Path) -> NotLaunched:
     return out
 
 
-def lines(out_dir: Path) -> list[str]:
+def lines(folder: Folder) -> list[str]:
     """The end-of-search line (none when every proposal was launched)."""
-    text = read(out_dir).line()
+    text = read(folder).line()
     return [text] if text else []
 
 
-def refusals(out_dir: Path, top: int = 3) -> list[str]:
+def refusals(folder: Folder, top: int = 3) -> list[str]:
     """SGLang's own words on the proposals it refused, most frequent first."""
     return [f"refused by SGLang's checks ({n}x, never launched): {text[:300]}"
-            for text, n in read(out_dir).refused.most_common(top)]
+            for text, n in read(folder).refused.most_common(top)]

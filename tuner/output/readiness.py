@@ -19,8 +19,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from search_spaces.knobs import DUMMY, WEIGHTS
-from tuner.output.files import JOURNAL, read_journal
 from tuner.output.plots import DPI
+from tuner.record.experiment import Folder, loaded
 
 READY = "ready_s"  # servetune's own: launch until the server answers its readiness probe
 LOAD = "startup_weights_s"
@@ -91,11 +91,8 @@ class Campaign:
         return out
 
 
-def campaign(out_dir: Path, df: pd.DataFrame) -> Campaign:
-    events = read_journal(out_dir / JOURNAL)
-    starts = [e["time"] for e in events if e.get("event") == "start" and "time" in e]
-    ends = [e["time"] for e in events if e.get("event") == "end" and "time" in e]
-    wall = max(ends) - min(starts) if starts and ends and max(ends) >= min(starts) else None
+def campaign(folder: Folder, df: pd.DataFrame) -> Campaign:
+    wall = loaded(folder).wall_s
     if df.empty:
         return Campaign(wall, 0, 0, None, None, None)
     dummy = _on_dummy(df)
@@ -156,6 +153,6 @@ def plot(df: pd.DataFrame, path: Path) -> bool:
     return True
 
 
-def section(df: pd.DataFrame, out_dir: Path) -> tuple[Table, list[str]]:
+def section(df: pd.DataFrame, out_dir: Folder) -> tuple[Table, list[str]]:
     """The report's time-to-ready table and campaign lines."""
     return table(df), campaign(out_dir, df).lines()

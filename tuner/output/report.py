@@ -5,68 +5,33 @@ suspects.json)."""
 
 from __future__ import annotations
 
-import base64
-import html
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from search_spaces.knobs import DUMMY, WEIGHTS
-from tuner.output import pareto, partners, plots, proposals, readiness
+from tuner.output import pareto, partners, plots, proposals, readiness, results
 from tuner.output import ruled_out as failure_memory
 from tuner.output.confirm_text import lines as confirm_lines
-from tuner.output.files import RUN_JSON, read_json
 from tuner.output.progress import settings_text
 from tuner.output.ran import row_configs, trial_ran
-from tuner.output.results import BREAKS, search_rows
+from tuner.output.report_pages import SUSPECT, Facts, Plot, Table, html_page, markdown
+from tuner.record.confirm import ConfirmRecord, DecisionRecord
+from tuner.record.experiment import loaded
+from tuner.record.info import RunInfo
+from tuner.record.rows import BREAKS, ResultRow, by_id, ranked, rows_of, search_rows
 from tuner.setup import Setup
-from tuner.stats import Interval
 from tuner.weights import LIMIT
 
+__all__ = ["SUSPECT", "Facts", "Plot", "Table", "facts", "html_page", "level_table", "markdown",
+           "render", "render_plots"]
+
 REPORT_HTML = "report.html"
-SUSPECT = ("Failed, but only beside the same values of the levers that can change that "
-           "failure (or never at the end likelier to mend it): no verdict. The search retries "
-           "such a value beside other values of those levers, within a share of its budget, and "
-           "does not launch it again beside the ones it failed with.")
 PLOTS_DIR = "plots"
-Table = list[list[str]]  # the first row is the header
-
-
-@dataclass
-class Plot:
-    file: str
-    title: str
-    caption: str
-
-
-@dataclass
-class Facts:
-    """Everything the report says, in plain data (rendered as Markdown and as HTML)."""
-
-    name: str
-    folder: str
-    workload: Table
-    space: Table
-    how: Table
-    decision: str
-    decision_kind: str
-    chosen: str
-    confirm: list[str]
-    speculative: str | None
-    top: Table
-    failures: Table
-    notes: list[str] = field(default_factory=list)
-    counts: str = ""
-    levels: Table = field(default_factory=list)  # the winner per concurrency level
-    levels_text: str = ""
-    startup: Table = field(default_factory=list)  # time to ready per stage and weights
-    campaign: list[str] = field(default_factory=list)  # wall time, what random weights saved
-    ruled_out: Table = field(default_factory=list)  # setting, kind, failing trials, evidence
-    suspects: Table = field(default_factory=list)  # failed, not ruled out: where, why not
 
 
 def _cell(value: Any) -> str:
@@ -82,7 +47,9 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
     spec, objective = setup.spec, setup.objective
     out = spec.out_dir
     knobs = list(setup.space.domains)
-    run = read_json(out / RUN_JSON) or {}
+    exp = loaded(out)  # the folder's other records, read once
+    run = exp.run or RunInfo()
+    confirm = ConfirmRecord.of(confirm_data)
     described = setup.workload.describe()
     workload = [["setting", "value"]] + [
         [k, _cell(v if not isinstance(v, list) else " ".join(map(str, v)) or "-")]
@@ -103,8 +70,8 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
            ["confirm", f"top {spec.confirm_top} and the baseline, fresh launches alternating "
                        f"until decided, at most {spec.confirm} each (ratio of launch means, "
                        "Welch, 95% over the looks)" if spec.confirm else "skipped (--confirm 0)"],
-           ["resources", f"{run.get('nodes', '?')} node(s), GPUs per node "
-                         f"{run.get('gpus_per_node', '?')}, {run.get('gpus_per_trial', '?')} "
+           ["resources", f"{_known(run.nodes)} node(s), GPUs per node "
+                         f"{_known(run.gpus_per_node)}, {_known(run.gpus_per_trial)} "
                          "GPU(s) per trial (a whole node)"]]
     if objective.limits:
         how.append(["limits", ", ".join(lim.text() for lim in objective.limits)
@@ -114,208 +81,106 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
         how.append(["concurrency", f"each round measures levels "
                     f"{', '.join(map(str, objective.levels))}; the search optimises "
                     f"{objective.decide_at} (--decide-at), each level gets its own winner"])
-    decision = dict((confirm_data or {}).get("decision") or {})
-    chosen_config = decision.get("config")
+    decision = confirm.decided if confirm is not None else DecisionRecord()
+    chosen_config = decision.config
     # What its trial's server ran, unless the decision serves it otherwise (speculative off).
-    ran = {} if decision.get("speculative") is False else \
-        trial_ran(out, decision.get("source_trial"), chosen_config or {})
+    ran = {} if decision.speculative is False else \
+        trial_ran(out, decision.source_trial, chosen_config or {})
     chosen = "-" if chosen_config is None else settings_text(chosen_config, knobs, ran)
-    search = search_rows(df)
+    rows = rows_of(df)
+    notes = setup.space_notes()
+    if setup.weights.applies or setup.weights.note:
+        how.append(["weights", setup.weights.summary()])
+    how += [["not launched", line.partition(": ")[2]] for line in proposals.lines(exp)]
+    how += [["partners completed", line.partition(": ")[2]] for line in partners.lines(exp)]
+    notes += proposals.refusals(exp)
+    if any(r.get(WEIGHTS) == DUMMY for r in rows):
+        notes.append(f"random weights: {LIMIT}")
+    startup, campaign = readiness.section(df, exp)
+    ruled, suspects = failure_memory.load(exp)
+    speculative = confirm.speculative if confirm is not None else None
+    return Facts(spec.name, str(out), workload, space, how,
+                 decision.text or "no decision (the run did not complete)",
+                 str(decision.kind or "none"), chosen,
+                 [ln for ln in confirm_lines(confirm or {}) if ln.startswith("  ")
+                  or ln.startswith("confirm")], speculative.text or None if speculative else None,
+                 top_table(rows, setup, top_n), failure_table(rows), notes, counts(rows),
+                 *level_table(setup, df, confirm_data), startup, campaign,
+                 failure_memory.ruled_out_table(ruled), failure_memory.suspects_table(suspects))
+
+
+def _known(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
+def counts(rows: Sequence[ResultRow]) -> str:
+    """Trials by status."""
+    found = Counter(r.status for r in rows)
+    return ", ".join(f"{v} {k}" for k, v in sorted(found.items())) if rows else "no trials"
+
+
+def top_table(rows: Sequence[ResultRow], setup: Setup, top_n: int) -> Table:
+    """The search's best completed trials, best first, and the baseline."""
+    objective, knobs = setup.objective, list(setup.space.domains)
     limited = bool(objective.limits)
     top: Table = [["trial", "status", objective.metric, "speedup", "verify_ms", "settings",
                    *(["limits"] if limited else [])]]
-    if not search.empty:
-        scored = search[search["score"].notna() & (search["status"] == "ok")]
-        order = scored.sort_values("score", ascending=objective.mode == "min").head(top_n)
-        base = search[search["baseline"] & ~search["trial_id"].isin(order["trial_id"])]
-        for _, row in pd.concat([order, base]).iterrows():
-            config, ran = row_configs(row, knobs)
-            config.update({WEIGHTS: DUMMY} if row.get(WEIGHTS) == DUMMY else {})
-            label = " (baseline)" if row["baseline"] else ""
-            top.append([str(row["trial_id"]) + label, str(row["status"]), _cell(row["score"]),
-                        f"{row['speedup']:.3f}x" if _cell(row["speedup"]) != "-" else "-",
-                        _cell(row.get("verify_ms")), settings_text(config, knobs, ran),
-                        *([_cell(row.get(BREAKS)) if isinstance(row.get(BREAKS), str)
-                           else "kept"] if limited else [])])
+    search = search_rows(rows)
+    order = ranked([r for r in search if r.done], "score", objective.mode)[:top_n]
+    ids = {r.trial_id for r in order}
+    for row in [*order, *(r for r in search if r.baseline and r.trial_id not in ids)]:
+        config, ran = row_configs(row.flat(), knobs)
+        config.update({WEIGHTS: DUMMY} if row.get(WEIGHTS) == DUMMY else {})
+        label = " (baseline)" if row.baseline else ""
+        broken = row.get(BREAKS)
+        top.append([row.trial_id + label, row.status, _cell(row.score),
+                    f"{row.speedup:.3f}x" if row.speedup is not None else "-",
+                    _cell(row.get("verify_ms")), settings_text(config, knobs, ran),
+                    *([_cell(broken) if isinstance(broken, str) else "kept"]
+                      if limited else [])])
+    return top
+
+
+def failure_table(rows: Sequence[ResultRow]) -> Table:
+    """Failures by kind (in the kinds' order): how many, the first, its message and hint."""
     failures: Table = [["kind", "trials", "example", "message", "hint"]]
-    failed = df[df["failure_kind"].notna()] if not df.empty else df
-    for kind, group in (failed.groupby("failure_kind") if len(failed) else []):
-        first = group.iloc[0]
-        failures.append([str(kind), str(len(group)), str(first["trial_id"]),
-                         " ".join(str(first.get("failure") or "").split())[:300],
-                         _cell(first.get("hint")) if isinstance(first.get("hint"), str) else "-"])
-    ruled, suspects = failure_memory.load(out)
-    notes = setup.space_notes()
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(df["status"].value_counts().items())) \
-        if not df.empty else "no trials"
-    spec_text = ((confirm_data or {}).get("speculative") or {}).get("text")
-    if setup.weights.applies or setup.weights.note:
-        how.append(["weights", setup.weights.summary()])
-    how += [["not launched", line.partition(": ")[2]] for line in proposals.lines(out)]
-    how += [["partners completed", line.partition(": ")[2]] for line in partners.lines(out)]
-    notes += proposals.refusals(out)
-    if WEIGHTS in df and (df[WEIGHTS] == DUMMY).any():
-        notes.append(f"random weights: {LIMIT}")
-    startup, campaign = readiness.section(df, out)
-    return Facts(spec.name, str(out), workload, space, how,
-                 decision.get("text") or "no decision (the run did not complete)",
-                 str(decision.get("kind") or "none"), chosen,
-                 [ln for ln in confirm_lines(confirm_data or {}) if ln.startswith("  ")
-                  or ln.startswith("confirm")], spec_text, top, failures, notes, counts,
-                 *level_table(setup, df, confirm_data), startup, campaign,
-                 failure_memory.ruled_out_table(ruled), failure_memory.suspects_table(suspects))
+    failed = [r for r in rows if r.failure_kind is not None]
+    for kind in sorted({str(r.failure_kind) for r in failed}):
+        group = [r for r in failed if r.failure_kind == kind]
+        first = group[0]
+        failures.append([kind, str(len(group)), first.trial_id,
+                         " ".join(str(first.failure or "").split())[:300],
+                         _cell(first.hint) if isinstance(first.hint, str) else "-"])
+    return failures
 
 
 def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
                 ) -> tuple[Table, str]:
     """The winner per concurrency level with its figure (the confirm interval where it was
     confirmed, else the search's mean), and whether one config wins them all."""
-    data = confirm_data or {}
-    items = data.get("per_level") or []
-    if not items:
+    data = ConfirmRecord.of(confirm_data)
+    if data is None or not data.per_level:
         return [], ""
     knobs = list(setup.space.domains)
-    entries = {e["label"]: e for e in data.get("entries") or []}
+    rows = by_id(rows_of(df))
     table: Table = [["concurrency", "decision", "winner", "its figure", "settings"]]
-    for item in items:
-        d = item.get("decision") or {}
-        level, column = item["level"], str(item.get("metric"))
-        entry = (entries.get(d.get("label")) or {}).get("levels", {}).get(str(level))
+    for item in data.per_level:
+        d = item.decision
+        level, column = item.level, str(item.metric)
+        cand = data.entry(d.label)
+        entry = (cand.levels or {}).get(str(level)) if cand is not None else None
+        row = rows.get(d.source_trial) if d.source_trial else None
         if entry:
-            figure = f"{column} {Interval(**entry['objective']).text()}"
+            figure = f"{column} {entry.objective.text()}"
         else:
-            rows = df[df["trial_id"] == d.get("source_trial")] if not df.empty else df
-            figure = f"{column} {_cell(rows[column].iloc[0])}" if len(rows) and column in rows \
+            figure = f"{column} {_cell(row.get(column))}" if row is not None and column in row \
                 else "-"
-        config = d.get("config")
+        config = d.config
         table.append([f"{level}{' (--decide-at)' if level == setup.objective.decide_at else ''}",
-                      str(d.get("kind")), f"{d.get('label') or '-'} ({d.get('source_trial') or '-'})",
+                      str(d.kind), f"{d.label or '-'} ({d.source_trial or '-'})",
                       figure, "-" if config is None else settings_text(
-                          config, knobs, trial_ran(setup.out_dir, d.get("source_trial"), config))])
-    return table, str(data.get("same_config_text") or "")
-
-
-# ---------------------------------------------------------------- Markdown
-
-
-def _md_table(table: Table) -> list[str]:
-    if len(table) < 2:
-        return ["(none)"]
-
-    def esc(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
-    head = table[0] if any(table[0]) else ["", ""]
-    lines = ["| " + " | ".join(esc(c) for c in head) + " |",
-             "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table[1:]]
-    return lines
-
-
-def markdown(f: Facts) -> str:
-    lines = [f"# servetune report: {f.name}", "", f"Experiment folder: `{f.folder}`", "",
-             "## Decision", "", f.decision, ""]
-    if f.chosen != "-":
-        lines += [f"Chosen settings: `{f.chosen}`", "",
-                  "Launch: `best/launch.sh` (env: `best/env`; NCCL tuner-plugin rule: "
-                  "`best/nccl-tuner.csv`).", ""]
-    if f.confirm:
-        lines += ["### Evidence: the confirm stage", "", "```", *f.confirm, "```", ""]
-    if f.levels:
-        lines += ["### The winner per concurrency level", "", *_md_table(f.levels), "",
-                  f.levels_text, ""]
-    if f.speculative:
-        lines += ["### Is speculative decoding worth it here?", "", f.speculative, ""]
-    lines += ["## What was searched", "", *_md_table(f.space), "", "### Workload", "",
-              *_md_table(f.workload), "", "## How", "", *_md_table(f.how), "",
-              f"Trials: {f.counts}.", "", "## Best trials of the search", "",
-              *_md_table(f.top), "", "## Failures by kind", "", *_md_table(f.failures), "",
-              *(["### Ruled out, and on what evidence", "",
-                 "Not launched again: each failed where nothing else could explain it.", "",
-                 *_md_table(f.ruled_out), ""] if f.ruled_out else []),
-              *(["### Suspect, not ruled out", "", SUSPECT, "", *_md_table(f.suspects), ""]
-                if f.suspects else []),
-              "## Time to ready", "", *[f"- {line}" for line in f.campaign], "",
-              *_md_table(f.startup), ""]
-    if f.notes:
-        lines += ["## Notes", "", *[f"- {n}" for n in f.notes], ""]
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- HTML
-
-_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto;
-       max-width: 1100px; color: #1d1d1d; line-height: 1.4; padding: 0 16px; }
-h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
-.decision { padding: 12px 16px; border-radius: 6px; background: #eef5ff; border-left: 5px solid #1f77b4; }
-.decision.default, .decision.unconfirmed { background: #fff7e6; border-left-color: #ff9f1c; }
-.decision.none { background: #fdecea; border-left-color: #d62728; }
-table { border-collapse: collapse; margin: 8px 0; font-size: 0.9em; }
-th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
-th { background: #f4f4f4; }
-figure { margin: 16px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { font-size: 0.85em; color: #555; }
-pre { background: #f7f7f7; padding: 8px; overflow-x: auto; font-size: 0.85em; }
-code { background: #f4f4f4; padding: 1px 4px; }
-"""
-
-
-def _html_table(table: Table) -> str:
-    if len(table) < 2:
-        return "<p>(none)</p>"
-    head = "" if not any(table[0]) else \
-        "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in table[0]) + "</tr>"
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                   for row in table[1:])
-    return f"<table>{head}{body}</table>"
-
-
-def _figure(folder: Path, plot: Plot) -> str:
-    data = base64.b64encode((folder / plot.file).read_bytes()).decode()
-    return (f'<figure id="{html.escape(Path(plot.file).stem)}"><img alt="{html.escape(plot.title)}" '
-            f'src="data:image/png;base64,{data}"><figcaption>{html.escape(plot.caption)} '
-            f"(<code>{html.escape(plot.file)}</code>)</figcaption></figure>")
-
-
-def html_page(f: Facts, folder: Path, shown: Sequence[Plot]) -> str:
-    e = html.escape
-    parts = [f"<h1>servetune report: {e(f.name)}</h1>",
-             f"<p>Experiment folder: <code>{e(f.folder)}</code>. Trials: {e(f.counts)}.</p>",
-             "<h2>Decision</h2>",
-             f'<div class="decision {e(f.decision_kind)}"><p>{e(f.decision)}</p>'
-             + (f"<p>Chosen settings: <code>{e(f.chosen)}</code> &mdash; launch with "
-                "<code>best/launch.sh</code>; NCCL tuner-plugin rule in "
-                "<code>best/nccl-tuner.csv</code>.</p>" if f.chosen != "-" else "")
-             + "</div>"]
-    if f.confirm:
-        parts.append("<h3>Evidence: the confirm stage</h3><pre>"
-                     + e("\n".join(f.confirm)) + "</pre>")
-    if f.levels:
-        parts.append("<h3>The winner per concurrency level</h3>" + _html_table(f.levels)
-                     + f"<p>{e(f.levels_text)}</p>")
-    if f.speculative:
-        parts.append(f"<h3>Is speculative decoding worth it here?</h3><p>{e(f.speculative)}</p>")
-    parts.append("<h2>Plots</h2>")
-    parts += [_figure(folder, p) for p in shown] or ["<p>No plots: no trial has a score.</p>"]
-    parts += ["<h2>Best trials of the search</h2>", _html_table(f.top),
-              "<h2>Failures by kind</h2>", _html_table(f.failures),
-              *(["<h3>Ruled out, and on what evidence</h3><p>Not launched again: each failed "
-                 "where nothing else could explain it.</p>", _html_table(f.ruled_out)]
-                if f.ruled_out else []),
-              *([f"<h3>Suspect, not ruled out</h3><p>{e(SUSPECT)}</p>",
-                 _html_table(f.suspects)] if f.suspects else []),
-              "<h2>Time to ready</h2>", *[f"<p>{e(line)}</p>" for line in f.campaign],
-              _html_table(f.startup),
-              "<h2>What was searched</h2>", _html_table(f.space),
-              "<h3>Workload</h3>", _html_table(f.workload),
-              "<h2>How</h2>", _html_table(f.how)]
-    if f.notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in f.notes) + "</ul>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>servetune report: {e(f.name)}</title>"
-            '<link rel="icon" href="data:,">'
-            f"<style>{_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+                          config, knobs, trial_ran(setup.out_dir, d.source_trial, config))])
+    return table, str(data.same_config_text or "")
 
 
 # ---------------------------------------------------------------- rendering
@@ -327,7 +192,8 @@ def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any]
     folder = setup.spec.out_dir
     metric, mode = setup.objective.metric, setup.objective.mode
     knobs = list(setup.space.domains)
-    chosen = ((confirm_data or {}).get("decision") or {}).get("source_trial")
+    confirm = ConfirmRecord.of(confirm_data)
+    chosen = confirm.decided.source_trial if confirm is not None else None
     candidates = [
         (Plot(f"{PLOTS_DIR}/objective.png", "objective per trial",
               f"{metric} per trial in launch order: failed trials marked at the bottom with "
@@ -344,7 +210,7 @@ def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any]
               "parallel coordinates of the best completed trials"),
          lambda p: plots.parallel_coordinates(df, metric, mode, knobs, p)),
         (Plot(f"{PLOTS_DIR}/pareto.png", "throughput against latency",
-              f"{metric} against {pareto.latency_metric(search_rows(df), setup.objective)}, "
+              f"{metric} against {pareto.latency_metric(results.search_rows(df), setup.objective)}, "
               "per concurrency level: each search trial "
               "(hollow red: outside the limits), the Pareto front of those within, the limits "
               "as dashed lines, the baseline and the chosen config"),

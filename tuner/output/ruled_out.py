@@ -14,9 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tuner.output.files import RULED_OUT_JSON, read_json, write_json
+from tuner.record.experiment import Folder, loaded
+from tuner.record.files import RULED_OUT_JSON, SUSPECTS_JSON
+from tuner.record.info import write_entries
 
-SUSPECTS_JSON = "suspects.json"
+__all__ = ["SUSPECTS_JSON", "evidence_lines", "load", "ruled_out_table", "suspects_table",
+           "write"]
 Table = list[list[str]]  # the first row is the header
 
 
@@ -76,13 +79,13 @@ def write(out: Path, ruled: Sequence[Mapping[str, Any]],
     run's earlier end) is removed where it has none now."""
     for name, items in ((RULED_OUT_JSON, ruled), (SUSPECTS_JSON, suspects)):
         if items:
-            write_json(out / name, list(items))
+            write_entries(out / name, [dict(i) for i in items])
         else:
             with contextlib.suppress(FileNotFoundError):
                 (out / name).unlink()
 
 
-def load(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def load(folder: Folder) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(ruled out, suspects) as the folder keeps them; empty where a file is missing."""
-    return ([dict(i) for i in read_json(out / RULED_OUT_JSON) or []],
-            [dict(i) for i in read_json(out / SUSPECTS_JSON) or []])
+    exp = loaded(folder)
+    return [i.dump() for i in exp.ruled_out], [i.dump() for i in exp.suspects]

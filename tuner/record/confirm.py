@@ -5,6 +5,7 @@ ran, by the end of the run with the search's best (``tuner.run.finish``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -116,6 +117,13 @@ class ConfirmRecord(Record):
     round_spread: float | None = None
     same_config: bool | None = None
     same_config_text: str | None = None
+
+    @classmethod
+    def of(cls, data: ConfirmRecord | Mapping[str, Any] | None) -> ConfirmRecord | None:
+        """The record, from itself or the mapping its file holds (None stays None)."""
+        if data is None or isinstance(data, ConfirmRecord):
+            return data
+        return cls.model_validate(dict(data))
 
     def entry(self, label: str | None) -> ConfirmEntry | None:
         return next((e for e in self.entries if e.label == label), None)

@@ -121,3 +121,11 @@ class Experiment:
         orders = [e.order if e.order is not None else -1 for e in self.events
                   if isinstance(e, StartEvent)]
         return max(orders, default=-1) + 1
+
+
+Folder = Path | Experiment  # a folder, or the records already read from it
+
+
+def loaded(folder: Folder) -> Experiment:
+    """The records of ``folder`` (read now unless given)."""
+    return folder if isinstance(folder, Experiment) else Experiment.load(folder)

@@ -27,10 +27,16 @@ EFFECTIVE_JSON = "effective.json"  # what NCCL ran in a trial
 PROFILE_JSON = "profile.json"
 
 
+def _plain(value: Any) -> Any:
+    """A record inside plain data as its file holds it (``Frozen.dump``); else its text."""
+    dump = getattr(value, "dump", None)
+    return dump() if callable(dump) else str(value)
+
+
 def write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.write_text(json.dumps(data, indent=2, default=_plain))
     tmp.replace(path)
 
 
@@ -44,7 +50,7 @@ def read_json(path: Path) -> Any:
 
 def append_jsonl(path: Path, entry: Mapping[str, Any]) -> None:
     with open(path, "a") as f:
-        f.write(json.dumps(entry, default=str) + "\n")
+        f.write(json.dumps(entry, default=_plain) + "\n")
         f.flush()
 
 

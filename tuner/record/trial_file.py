@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tuner.record.files import TRIAL_JSON
+from tuner.record.files import EFFECTIVE_JSON, TRIAL_JSON
 
 ENDED = ("ok", "stopped", "failed")
 
@@ -35,3 +35,12 @@ def reconcile(folder: Path, status: str) -> bool:
     tmp.write_text(json.dumps(record, indent=1, default=str))
     tmp.replace(path)
     return True
+
+
+def read_effective(folder: Path) -> dict[str, Any] | None:
+    """What NCCL ran in the trial (its effective.json, from NCCL's own log); None without."""
+    try:
+        data = json.loads((folder / EFFECTIVE_JSON).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
