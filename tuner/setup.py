@@ -3,8 +3,6 @@ workload, the space it can search, the objective), shared by every room of the e
 
 from __future__ import annotations
 
-import contextlib
-import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -14,11 +12,13 @@ from launchers.base import LaunchPlan, TrialContext, Workload
 from launchers.multinode import ADDR_PLACEHOLDER
 from search_spaces.knobs import Group, Value
 from search_spaces.space import SearchSpace, SpaceError, load
+from tuner.record.files import RUN_JSON
+from tuner.record.info import RunInfo, read_record
 from tuner.spec import ExperimentSpec, Objective
 from tuner.weights import WeightPlan
 from tuner.weights import plan as weight_plan
 
-RUN_INFO = "run.json"
+RUN_INFO = RUN_JSON  # run.json: what the run held (tuner.record.info.RunInfo)
 Print = Callable[[str], None]
 
 
@@ -132,9 +132,9 @@ def prepare(spec: ExperimentSpec) -> Setup:
                           tuple(spec.workload.levels()), spec.workload.decide_level())
     setup = Setup(spec, workload, space, objective, dropped, unmodelled=unmodelled,
                   weights=weight_plan(spec, space, workload, objective), left_out=left_out)
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        setup.gpus_per_trial = int(json.loads((spec.out_dir / RUN_INFO).read_text())
-                                   ["gpus_per_trial"])
+    run = read_record(spec.out_dir / RUN_JSON, RunInfo)
+    if run is not None and run.gpus_per_trial is not None:
+        setup.gpus_per_trial = int(run.gpus_per_trial)
     return setup
 
 

@@ -96,23 +96,21 @@ def export(setup: Setup, decision: DecisionRecord | Mapping[str, Any], df: Rows,
     entry = confirm.entry(chosen.label) if confirm is not None else None
     rules, notes = tuner_rules(config, read_effective(out / tid) if tid else None,
                                _ranks(row, setup))
-    best = BestRecord.model_validate({
-        "trial_id": tid, "metric": setup.objective.metric, "mode": setup.objective.mode,
-        "score": row.score if row is not None else None,
-        "speedup": row.speedup if row is not None else None,
-        "baseline_score": base.score if base is not None else None,
-        "decision": chosen.kind, "label": chosen.label, "evidence": chosen.text,
-        "confirmed": entry.objective.dump() if entry else None,
-        "config": dict(config), "served_config": served, "argv": list(plan.argv),
-        "env": dict(plan.env),
-        "unset_env": list(plan.unset_env), "workload": setup.workload.kind,
+    levels = {"decide_at": setup.objective.decide_at, "same_config": confirm.same_config,
+              "per_level": [_level(setup, item, rows) for item in confirm.per_level]} \
+        if confirm is not None and confirm.per_level else {}
+    best = BestRecord(
+        trial_id=tid, metric=setup.objective.metric, mode=setup.objective.mode,
+        score=row.score if row is not None else None,
+        speedup=row.speedup if row is not None else None,
+        baseline_score=base.score if base is not None else None,
+        decision=chosen.kind, label=chosen.label, evidence=chosen.text,
+        confirmed=entry.objective.dump() if entry else None,
+        config=dict(config), served_config=served, argv=list(plan.argv), env=dict(plan.env),
+        unset_env=list(plan.unset_env), workload=setup.workload.kind,
         **({"peers": [list(p.argv) for p in plan.peers]} if plan.peers else {}),
-        "nccl_tuner_rules": [r.csv_line() for r in rules],
-        "limits": [lim.text() for lim in setup.objective.limits],
-        **({"decide_at": setup.objective.decide_at, "same_config": confirm.same_config,
-            "per_level": [_level(setup, item, rows) for item in confirm.per_level]}
-           if confirm is not None and confirm.per_level else {}),
-    })
+        nccl_tuner_rules=[r.csv_line() for r in rules],
+        limits=[lim.text() for lim in setup.objective.limits], **levels)
     write_record(out / BEST_JSON, best)
     folder = out / BEST_DIR
     write_launch(folder, plan, changed)
@@ -128,14 +126,14 @@ def _level(setup: Setup, item: LevelDecision, rows: Sequence[ResultRow]) -> Leve
     config, tid = decision.config, decision.source_trial
     row = by_id(rows).get(tid) if tid is not None else None
     column = str(item.metric)
-    entry: dict[str, Any] = {
-        "level": item.level, "metric": column, "decision": decision.kind,
-        "label": decision.label, "evidence": decision.text, "trial_id": tid,
-        "score": row.value(column) if row is not None else None, "config": config}
+    launch: dict[str, Any] = {}
     if config is not None:
         out = setup.spec.out_dir
         served, _ = launched(config, trial_ran(out, tid, config), setup.space)
         plan = setup.production_plan(served, out / BEST_DIR)
-        entry["served_config"] = served
-        entry.update(argv=list(plan.argv), env=dict(plan.env), unset_env=list(plan.unset_env))
-    return LevelBest.model_validate(entry)
+        launch = {"served_config": served, "argv": list(plan.argv), "env": dict(plan.env),
+                  "unset_env": list(plan.unset_env)}
+    return LevelBest(level=item.level, metric=column, decision=decision.kind,
+                     label=decision.label, evidence=decision.text, trial_id=tid,
+                     score=row.value(column) if row is not None else None, config=config,
+                     **launch)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pandas as pd
 from search_spaces.knobs import DUMMY, WEIGHTS
 from tuner.output import pareto, partners, plots, proposals, readiness, results
 from tuner.output import ruled_out as failure_memory
+from tuner.output.confirm_text import Confirm
 from tuner.output.confirm_text import lines as confirm_lines
 from tuner.output.progress import settings_text
 from tuner.output.ran import row_configs, trial_ran
@@ -42,7 +43,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def facts(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None,
+def facts(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None,
           top_n: int = 8) -> Facts:
     spec, objective = setup.spec, setup.objective
     out = spec.out_dir
@@ -154,7 +155,7 @@ def failure_table(rows: Sequence[ResultRow]) -> Table:
     return failures
 
 
-def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
+def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None
                 ) -> tuple[Table, str]:
     """The winner per concurrency level with its figure (the confirm interval where it was
     confirmed, else the search's mean), and whether one config wins them all."""
@@ -186,7 +187,7 @@ def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] 
 # ---------------------------------------------------------------- rendering
 
 
-def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
+def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None
                  ) -> list[Plot]:
     """Write the PNGs that have something to show into DIR/plots/; return them."""
     folder = setup.spec.out_dir
@@ -235,7 +236,7 @@ def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any]
     return shown
 
 
-def render(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None) -> Path:
+def render(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None) -> Path:
     """Write DIR/report.html and DIR/plots/*.png; return the HTML's path."""
     shown = render_plots(setup, df, confirm_data)
     folder = setup.spec.out_dir

@@ -18,7 +18,7 @@ class RunInfo(Record):
     """run.json: the Ray cluster the run used and what each trial held."""
 
     nodes: int | float | None = None
-    gpus_per_node: int | float | None = None
+    gpus_per_node: list[int | float] | int | float | None = None  # per node
     gpus_per_trial: int | float | None = None
     nodes_per_trial: int = 1
     trials_at_once: int | None = None

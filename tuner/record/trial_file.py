@@ -44,3 +44,12 @@ def read_effective(folder: Path) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_nodes(path: Path) -> list[Any]:
+    """A trial's nodes.json (its nodes once its servers started, node 0 first); [] without."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return []
+    return data if isinstance(data, list) else []

@@ -24,7 +24,9 @@ from tuner.decide import levels, sequential
 from tuner.decide.decision import Decision
 from tuner.decide.sequential import Member, Plan
 from tuner.output import confirm_text
-from tuner.output.results import build_table, collect, configs
+from tuner.record.confirm import ConfirmRecord
+from tuner.record.experiment import Experiment
+from tuner.record.rows import ResultRow
 from tuner.run.dashboard import reuse_actors
 from tuner.run.fit import FitPlan, fit
 from tuner.run.progress import TrialLines
@@ -82,15 +84,13 @@ def run_sequence(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, flo
     means known beforehand, per point, that count as its launches (none are made for it).
     Launches of these points that an interrupted run already ended (the journal's trials of
     the same phase and variant) count too: a resumed stage goes on, it does not start over."""
-    out, objective = setup.out_dir.resolve(), setup.objective
+    objective = setup.objective
     started = time.monotonic()
     state: dict[str, Any] = {}
 
     def members(assigned: Mapping[str, int]) -> list[Member]:
-        df = build_table(out, objective, setup.space.baseline()) if assigned else None
-        outcomes = {} if df is None or df.empty else {
-            str(r["trial_id"]): (str(r["status"]), finite(r["score"]), r.get("failure_kind"))
-            for _, r in df.iterrows()}
+        rows = _rows(setup) if assigned else ()
+        outcomes = {r.trial_id: (r.status, finite(r.score), r.failure_kind) for r in rows}
         return sequential.members_of(labels, assigned, outcomes, RELAUNCHED, fixed)
 
     def choose(assigned: Mapping[str, int]) -> int | None:
@@ -114,40 +114,46 @@ def _ended_before(setup: Setup, points: Sequence[Mapping[str, Value]],
     """Trials an earlier, interrupted run of this stage ended, by the point they ran (matched
     on the journal's phase, variant and config; the first ``skip`` points are never
     launched): trial id -> point index."""
-    out = setup.out_dir.resolve()
-    df = build_table(out, setup.objective, setup.space.baseline())
-    if df.empty:
-        return {}
-    ran = configs(out)
+    rows, ran = _rows(setup), _settings(setup)
     wanted = [without_weights(p) for p in points]
     wanted[:skip] = [{"<never launched>": True}] * skip
     variant = tags.get("variant")
     found: dict[str, int] = {}
-    for _, row in df.iterrows():
-        ran_variant = row.get("variant")
-        same_variant = (ran_variant if isinstance(ran_variant, str) else None) == variant
-        if row["phase"] != tags.get("phase") or not same_variant or \
-                row["status"] in ("running", "interrupted"):
+    for row in rows:
+        if row.phase != tags.get("phase") or row.variant != variant or \
+                row.status in ("running", "interrupted"):
             continue
-        config = ran.get(str(row["trial_id"]))
+        config = ran.get(row.trial_id)
         if config in wanted:
-            found[str(row["trial_id"])] = wanted.index(config)
+            found[row.trial_id] = wanted.index(config)
     return found
 
 
+def _rows(setup: Setup) -> tuple[ResultRow, ...]:
+    """The results rows as the journal has them now."""
+    return Experiment.journal(setup.out_dir.resolve()).rows(setup.objective,
+                                                            setup.space.baseline())
+
+
+def _settings(setup: Setup) -> dict[str, dict[str, Value]]:
+    """Every trial's settings as the journal has them now."""
+    return Experiment.journal(setup.out_dir.resolve()).settings()
+
+
 def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo: Print
-              ) -> dict[str, Any]:
+              ) -> ConfirmRecord:
     """Confirm (unless ``spec.confirm`` is 0) and the speculative reference; writes and
-    returns confirm.json's content."""
+    returns confirm.json's record."""
     spec, objective = setup.spec, setup.objective
     out = setup.out_dir.resolve()
     done = confirm_text.load(out)
-    if done is not None and not done.get("interrupted"):  # a resumed, already finished run
+    if done is not None and not done.interrupted:  # a resumed, already finished run
         return done
     baseline = setup.space.baseline()
-    df = build_table(out, objective, baseline)
-    cands = decide.candidates(df, configs(out), baseline, objective.mode, spec.confirm_top,
-                              objective, setup.spread)
+    exp = Experiment.journal(out)
+    rows = exp.rows(objective, baseline)
+    cands = decide.candidates(rows, exp.settings(), baseline, objective.mode,
+                              spec.confirm_top, objective, setup.spread)
     plan = Plan(cap=max(spec.confirm, 1), time_s=spec.confirm_time)
     data: dict[str, Any] = {"metric": objective.metric, "mode": objective.mode,
                             "repeats": spec.confirm, "cap": spec.confirm, "top": spec.confirm_top,
@@ -165,11 +171,11 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
         points = [{**c.config, **setup.weights.pins(CONFIRM)} for c in cands]  # the checkpoint's
         batch = run_sequence(setup, spec, resources, slots, points, [c.label for c in cands],
                              plan, name=CONFIRM_DIR, tags={"phase": "confirm"})
-        df = build_table(out, objective, baseline)
+        rows = _rows(setup)
         data["interrupted"], data["stopped"] = batch.interrupted, batch.stopped
         for i, cand in enumerate(cands):
             ids = [tid for tid, p in batch.assigned.items() if p == i]
-            data["entries"].append(decide.summarize(cand, ids, df, objective, RELAUNCHED))
+            data["entries"].append(decide.summarize(cand, ids, rows, objective, RELAUNCHED))
         data["relaunched"] = [lost for e in data["entries"] for lost in e["lost"]]
         data.update(_spreads(out, data["entries"], objective.metric))
         data["comparisons"] = {label: {**c.to_json(), "text": c.text()} for label, c in
@@ -178,22 +184,21 @@ def run_stage(setup: Setup, resources: Mapping[str, float], slots: int, *, echo:
             data["entries"], objective.metric, objective.mode, plan, batch.stopped), cands)
     elif spec.confirm > 0:
         data["note"] = "no configuration besides the baseline completed the search: nothing to confirm"
-    decision = decision or levels.unconfirmed_at(df, cands, None, objective, spec.confirm)
+    decision = decision or levels.unconfirmed_at(rows, cands, None, objective, spec.confirm)
     data["decision"] = decision.to_json()
-    data["per_level"] = levels.per_level(objective, df, cands, data["entries"], spec.confirm)
+    data["per_level"] = levels.per_level(objective, rows, cands, data["entries"], spec.confirm)
     data.update(levels.same_winner(data["per_level"], objective.decide_at))
     if not data["interrupted"]:
         data["speculative"] = _speculative(setup, resources, slots, data, decision, plan, echo)
-    confirm_text.write(out, data)
-    return data
+    return confirm_text.write(out, data)
 
 
 def _spreads(out: Path, entries: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
     """The launch-to-launch spread of the confirm launches beside the within-launch one (the
     rounds of one launch), each as a fraction of the mean."""
     launches = {str(e["label"]): [v for v in e["scores"] if v is not None] for e in entries}
-    trials = collect(out)
-    rounds = {tid: [v for r in trials[tid]["rounds"] if (v := finite(r.get(metric))) is not None]
+    trials = Experiment.journal(out).trials
+    rounds = {tid: [v for r in trials[tid].rounds if (v := finite(r.get(metric))) is not None]
               for e in entries for tid in e["trials"] if tid in trials}
     return {"launch_spread": sequential.launch_spread(launches),
             "round_spread": sequential.launch_spread(rounds)}
@@ -212,10 +217,8 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
         return {"text": f"no reference run without speculative decoding: {objective.metric} "
                         "exists only with it on", "pays_off": None, "with": None,
                 "without": None, "reference_trial": None}
-    out = setup.out_dir.resolve()
     entry = next((e for e in data["entries"] if e["label"] == decision.label), None)
-    searched = decide.search_score(build_table(out, objective, setup.space.baseline()),
-                                   decision.source_trial)
+    searched = decide.search_score(_rows(setup), decision.source_trial)
     with_scores = [v for v in entry["scores"] if v is not None] if entry else \
         ([] if searched is None else [searched])
     ref_plan = Plan(cap=plan.cap if spec.confirm else 1, alpha=plan.alpha, time_s=plan.time_s,
@@ -232,18 +235,16 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
                          fixed=[with_scores])
     if batch.interrupted:
         data["interrupted"] = True
-    df = build_table(out, objective, setup.space.baseline())
-    rows = df[df["trial_id"].isin(list(batch.assigned))] if not df.empty else df
-    ok = rows[(rows["status"] == "ok") & rows["score"].notna()] if len(rows) else rows
-    own = rows[(rows["status"] == "failed") & ~rows["failure_kind"].isin(list(RELAUNCHED))] \
-        if len(rows) and "failure_kind" in rows else rows.iloc[0:0]
-    failed = None if own.empty else str(own.iloc[0]["failure_kind"] or "failed")
-    if not len(rows):
+    rows = [r for r in _rows(setup) if r.trial_id in batch.assigned]
+    ok = [r.score for r in rows if r.done and r.score is not None]
+    own = [r for r in rows if r.status == "failed" and r.failure_kind not in RELAUNCHED]
+    failed = None if not own else str(own[0].failure_kind or "failed")
+    if not rows:
         failed = "not run"
-    verdict = decide.speculative_verdict(with_scores, [float(v) for v in ok["score"]],
-                                         objective.metric, objective.mode, ref_plan, failed)
-    verdict["reference_trials"] = [str(t) for t in rows["trial_id"]] if len(rows) else []
-    verdict["reference_trial"] = verdict["reference_trials"][0] if len(rows) else None
+    verdict = decide.speculative_verdict(with_scores, ok, objective.metric, objective.mode,
+                                         ref_plan, failed)
+    verdict["reference_trials"] = [r.trial_id for r in rows]
+    verdict["reference_trial"] = rows[0].trial_id if rows else None
     verdict["stopped"] = batch.stopped
     verdict["algorithm"] = spec.workload.speculative_label()
     verdict["config"] = config

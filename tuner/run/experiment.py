@@ -8,8 +8,9 @@ from pathlib import Path
 
 from launchers import process
 from tuner.output import broken
-from tuner.output.files import INPUTS_JSON, RUN_JSON, write_json
 from tuner.output.results import write_table
+from tuner.record.files import INPUTS_JSON, RUN_JSON, write_json
+from tuner.record.info import RunInfo, write_record
 from tuner.run import confirm, finish
 from tuner.run.cluster import gpus_per_trial as node_gpus_per_trial
 from tuner.run.cluster import ray_cluster, trial_slots
@@ -79,11 +80,10 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
         slots = trial_slots(cluster, gpus, spec.nodes_per_trial)
         resources: dict[str, float] = {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
         setup.gpus_per_trial = gpus
-        write_json(out_dir / RUN_JSON, {"nodes": cluster.nodes, "gpus_per_node":
-                                        cluster.gpus_per_node, "gpus_per_trial": gpus,
-                                        "nodes_per_trial": spec.nodes_per_trial,
-                                        "trials_at_once": slots,
-                                        "dashboard_url": cluster.dashboard_url})
+        write_record(out_dir / RUN_JSON, RunInfo(
+            nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node, gpus_per_trial=gpus,
+            nodes_per_trial=spec.nodes_per_trial, trials_at_once=slots,
+            dashboard_url=cluster.dashboard_url))
         held = f"{gpus or 'no'} GPU(s)" + (f" on each of {spec.nodes_per_trial} nodes"
                                            if spec.nodes_per_trial > 1 else "")
         echo(f"{cluster.nodes} node(s), GPUs per node {cluster.gpus_per_node}; each trial holds "

@@ -18,9 +18,13 @@ from tuner.decide.confirm import search_decision, served
 from tuner.decide.decision import Decision
 from tuner.output import broken, confirm_text, exports, proposals, report
 from tuner.output import ruled_out as failure_memory
-from tuner.output.files import BEST_DIR, JOURNAL, RESULTS_CSV, read_journal
 from tuner.output.readiness import campaign
-from tuner.output.results import collect, configs, search_rows, summary_lines, write_table
+from tuner.output.results import search_rows, summary_lines, write_table
+from tuner.record.confirm import ConfirmRecord
+from tuner.record.events import EndEvent
+from tuner.record.experiment import Experiment
+from tuner.record.files import BEST_DIR, RESULTS_CSV
+from tuner.record.info import BestRecord
 from tuner.run.profile import after_run
 from tuner.search.memory import FailureMemory
 from tuner.setup import Print, Setup
@@ -36,7 +40,7 @@ class ReportError(RuntimeError):
 class RunOutcome:
     out_dir: Path
     table: pd.DataFrame
-    best: dict[str, Any] | None
+    best: BestRecord | None
     interrupted: bool
     lines: list[str]
     broken_environment: bool = False  # the search stopped: the environment, not a setting
@@ -53,32 +57,34 @@ def memory(setup: Setup) -> FailureMemory | None:
     taught it nothing (FilteringSearcher.record_outcome), nor does it here."""
     if not setup.spec.failure_aware:
         return None
-    trials = collect(setup.out_dir)
+    exp = Experiment.journal(setup.out_dir)
     outcomes = []
-    for event in read_journal(setup.out_dir / JOURNAL):
-        tid = event.get("trial_id")
-        if event.get("event") != "end" or tid not in trials or trials[tid]["phase"] != "search":
+    for event in exp.events:
+        trial = exp.trials.get(event.trial_id)
+        if not isinstance(event, EndEvent) or trial is None or not trial.search:
             continue
-        failure = event.get("failure") or {}
-        kind = failure.get("kind") if event.get("status") == "failed" else None
-        config = trials[tid]["config"]
+        kind = event.kind
+        config = trial.config
         if kind is not None and (setup.space.validate(config) or (
                 kind == "invalid_config" and setup.refusal(config))):
             continue
-        outcomes.append((str(tid), config, kind,
+        failure = event.failure.dump() if event.failure is not None else {}
+        outcomes.append((event.trial_id, config, kind,
                          follower_placement(failure) if kind is not None else None))
     return FailureMemory.replay(setup.space.baseline(), outcomes, setup.space.domains)
 
 
-def decision_data(setup: Setup, df: pd.DataFrame, why: str) -> dict[str, Any]:
-    """confirm.json's shape when no confirm stage ran: the search's best, unconfirmed."""
-    decision = search_decision(df, configs(setup.out_dir), setup.objective, why)
-    return {"metric": setup.objective.metric, "mode": setup.objective.mode, "entries": [],
-            "decision": decision.to_json()}
+def decision_data(setup: Setup, df: pd.DataFrame, why: str) -> ConfirmRecord:
+    """confirm.json's record when no confirm stage ran: the search's best, unconfirmed."""
+    decision = search_decision(df, Experiment.journal(setup.out_dir).settings(),
+                               setup.objective, why)
+    return ConfirmRecord.model_validate({
+        "metric": setup.objective.metric, "mode": setup.objective.mode, "entries": [],
+        "decision": decision.to_json()})
 
 
-def write_reports(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any] | None
-                  ) -> list[Path]:
+def write_reports(setup: Setup, df: pd.DataFrame,
+                  confirm_data: ConfirmRecord | Mapping[str, Any] | None) -> list[Path]:
     """best/report.md and report.html with its plots. A plotting error is reported, not raised:
     the results and exports are already on disk."""
     written = []
@@ -96,7 +102,7 @@ def write_reports(setup: Setup, df: pd.DataFrame, confirm_data: Mapping[str, Any
 
 
 def finish(setup: Setup, *, interrupted: bool, echo: Print,
-           confirm_data: Mapping[str, Any] | None = None,
+           confirm_data: ConfirmRecord | Mapping[str, Any] | None = None,
            broken_environment: dict[str, Any] | None = None) -> RunOutcome:
     out: Path = setup.out_dir
     df = table(setup)
@@ -117,33 +123,33 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
             lines.append("ruled out on evidence: " + "; ".join(e["evidence"] for e in evidence))
         if suspects:
             lines.append("suspect, not ruled out: " + "; ".join(s["evidence"] for s in suspects))
-    if confirm_data is None:
+    record = ConfirmRecord.of(confirm_data)
+    if record is None:
         why = "the run was interrupted before the confirm stage" if interrupted \
             else "no confirm stage ran"
-        confirm_data = decision_data(setup, df, why)
-    serving, decided = served(setup, confirm_data)  # speculative off where it lost
-    if decided != confirm_data.get("decision"):  # the report and confirm.json follow it
-        confirm_data = {**confirm_data, "decision": decided.dump()}
-        confirm_text.write(out, confirm_data)
+        record = decision_data(setup, df, why)
+    serving, decided = served(setup, record)  # speculative off where it lost
+    if decided != record.decision:  # the report and confirm.json follow it
+        record = confirm_text.write(out, record.with_decision(decided))
     decision = Decision.from_json(decided.dump()) or Decision("none", "")
-    best = exports.export(serving, decision.to_json(), df, confirm_data) if decision.config \
+    best = exports.export(serving, decision.to_json(), df, record) if decision.config \
         else None
-    if confirm_data.get("entries") or confirm_data.get("speculative"):
-        lines += ["", *confirm_text.lines(confirm_data)]
+    if record.entries or record.speculative:
+        lines += ["", *confirm_text.lines(record)]
     elif decision.text:
         lines.append(f"decision: {decision.text}")
     echo("")
     for line in lines:
         echo(line)
     if best is not None:
-        echo(f"chosen: {decision.label} ({best['trial_id']}, {decision.kind}); "
+        echo(f"chosen: {decision.label} ({best.trial_id}, {decision.kind}); "
              f"launch it with {out / BEST_DIR / exports.LAUNCH}")
         echo(f"exports: {out / BEST_DIR}/ ({exports.LAUNCH}, {exports.ENV}, "
              f"{exports.TUNER_CSV}, {exports.REPORT_MD})")
     else:
         echo("no trial completed every round: no best configuration")
     try:
-        for path in write_reports(setup, df, confirm_data):
+        for path in write_reports(setup, df, record):
             if path.suffix == ".html":
                 echo(f"report: {path}")
     except ReportError as err:

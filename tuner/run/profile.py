@@ -11,7 +11,6 @@ breakdown.png. ``servetune run --profile`` calls ``after_run`` at the end of a r
 
 from __future__ import annotations
 
-import csv
 import datetime
 import json
 import logging
@@ -25,8 +24,10 @@ from launchers import gpu, process, trace
 from launchers.base import TrialContext, Workload
 from launchers.failures import TrialFailed
 from search_spaces.knobs import Value, without_weights
-from tuner.output.files import BEST_JSON, RESULTS_CSV, RUN_JSON, read_json
 from tuner.output.profile_report import PLOT_PNG, PROFILE_DIR, PROFILE_JSON, TABLE_TXT, plot, table_lines
+from tuner.record.files import BEST_JSON, RESULTS_CSV, RUN_JSON
+from tuner.record.info import BestRecord, read_record
+from tuner.record.rows import read_csv
 from tuner.run.lifecycle import Launch, Limits
 from tuner.setup import Print, Setup
 from tuner.weights import CONFIRM
@@ -170,14 +171,8 @@ def profile_configs(workload: Workload, targets: Sequence[Target], where: Where,
 
 def baseline_trial(out_dir: Path) -> str | None:
     """The baseline row of results.csv (the search's, where there are phases)."""
-    try:
-        with open(out_dir / RESULTS_CSV, newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("baseline") == "True" and row.get("phase", "search") in ("", "search"):
-                    return row.get("trial_id") or None
-    except OSError:
-        return None
-    return None
+    return next((r.trial_id for r in read_csv(out_dir / RESULTS_CSV)
+                 if r.baseline and r.search and r.trial_id), None)
 
 
 def experiment_targets(setup: Setup, config: Mapping[str, Value] | None = None,
@@ -197,11 +192,9 @@ def experiment_targets(setup: Setup, config: Mapping[str, Value] | None = None,
     if config is not None:
         other = Target(label or "config", complete(config))
     else:
-        best = read_json(out / BEST_JSON)
-        if isinstance(best, dict) and isinstance(best.get("config"), dict):
-            tid = best.get("trial_id")
-            other = Target(label or "best", complete(best["config"]),
-                           str(tid) if tid else None)
+        best = read_record(out / BEST_JSON, BestRecord)
+        if best is not None and "config" in best.model_fields_set:
+            other = Target(label or "best", complete(best.config), best.trial_id or None)
     targets = [base] if baseline else []
     if other is not None and not (baseline and other.config == base.config):
         targets.append(other)

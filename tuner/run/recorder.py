@@ -26,8 +26,11 @@ from launchers.failures import (
     follower_placement,
 )
 from search_spaces.knobs import Value
-from tuner.output.files import JOURNAL, append_jsonl, read_journal, read_json
 from tuner.output.results import write_table
+from tuner.record.events import EndEvent, FailureInfo, ResultEvent, StartEvent, append_event
+from tuner.record.experiment import Experiment
+from tuner.record.files import JOURNAL
+from tuner.record.trial_file import read_nodes
 from tuner.run.multinode import NODES_FILE, node_label
 from tuner.spec import Objective
 
@@ -86,7 +89,7 @@ def with_lost_node(failure: Failure, trial_dir: Path) -> Failure:
     trial's nodes.json has it (a trial across nodes writes one once its servers start)."""
     if failure.kind is not FailureKind.NODE_LOST or failure.details.get("node_rank") != 0:
         return failure
-    nodes = read_json(trial_dir / NODES_FILE) or []
+    nodes = read_nodes(trial_dir / NODES_FILE)
     if nodes and isinstance(nodes[0], dict) and nodes[0].get("node_id"):
         label = node_label(0, nodes[0])
         failure.message = failure.message.replace("the trial's own node", label, 1)
@@ -136,13 +139,10 @@ class Recorder(Callback):
             self.watch.restart()
 
     def _next_order(self) -> int:
-        if not self.journal.exists():
-            return 0
-        orders = [e.get("order", -1) for e in read_journal(self.journal) if e["event"] == "start"]
-        return max(orders, default=-1) + 1
+        return Experiment.journal(self.out_dir).next_order() if self.journal.exists() else 0
 
-    def _write(self, entry: dict[str, Any]) -> None:
-        append_jsonl(self.journal, {"time": time.time(), **entry})
+    def _write(self, event: StartEvent | ResultEvent | EndEvent) -> None:
+        append_event(self.journal, event)
 
     def _table(self) -> None:
         write_table(self.out_dir, self.objective, self.baseline, running=True)
@@ -150,27 +150,28 @@ class Recorder(Callback):
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
                        ) -> None:
         stage = self.stage_of(trial.trial_id) if self.stage_of else None
-        self._write({"event": "start", "trial_id": trial.trial_id, "order": self.order,
-                     "config": trial.config, "stage": stage, "dir": trial.storage.trial_fs_path
-                     if trial.storage else None, **self.tags})
+        self._write(StartEvent(
+            time=time.time(), trial_id=trial.trial_id, order=self.order, config=trial.config,
+            stage=stage, dir=trial.storage.trial_fs_path if trial.storage else None,
+            **self.tags))
         self.order += 1
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,
                         result: dict[str, Any], **info: Any) -> None:
         metrics = {k: v for k, v in result.items() if k not in RAY_KEYS}
-        self._write({"event": "result", "trial_id": trial.trial_id, **metrics})
+        self._write(ResultEvent.of(trial.trial_id, metrics, time.time()))
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
                           ) -> None:
-        self._write({"event": "end", "trial_id": trial.trial_id, "status": "ok"})
+        self._write(EndEvent(trial_id=trial.trial_id, time=time.time(), status="ok"))
         self._outcome(trial, None)
         self._table()
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
                        ) -> None:
         failure = with_lost_node(trial_failure(trial), self.out_dir / trial.trial_id)
-        self._write({"event": "end", "trial_id": trial.trial_id, "status": "failed",
-                     "failure": failure.to_json()})
+        self._write(EndEvent(trial_id=trial.trial_id, time=time.time(), status="failed",
+                             failure=FailureInfo.model_validate(failure.to_json())))
         self._outcome(trial, failure)
         self._table()
 

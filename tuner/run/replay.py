@@ -19,10 +19,11 @@ from typing import Any, Protocol
 
 from launchers.failures import Failure
 from search_spaces.knobs import Value
-from tuner.output.files import JOURNAL, read_journal
+from tuner.record.events import EndEvent, ResultEvent, StartEvent
+from tuner.record.experiment import Experiment
 
-_NOT_METRICS = ("event", "trial_id", "time")
 ITERATION = "training_iteration"
+Event = StartEvent | ResultEvent | EndEvent
 
 
 class Replayable(Protocol):
@@ -45,7 +46,7 @@ class Watch(Protocol):
 class JournalState:
     """The search phase as the journal tells it."""
 
-    events: list[dict[str, Any]] = field(default_factory=list)  # search trials' events, in order
+    events: list[Event] = field(default_factory=list)  # search trials' events, in order
     finished: list[str] = field(default_factory=list)  # ended (ok/stopped/failed), launch order
     interrupted: list[str] = field(default_factory=list)  # started, never ended
 
@@ -58,15 +59,14 @@ class JournalState:
 
 def search_state(out_dir: Path) -> JournalState:
     """Which search trials ended and which were cut short (confirm-phase trials left out)."""
-    events = read_journal(out_dir / JOURNAL)
-    search = {e["trial_id"] for e in events if e.get("event") == "start"
-              and e.get("phase", "search") == "search" and "trial_id" in e}
-    state = JournalState([e for e in events if e.get("trial_id") in search])
+    events = Experiment.journal(out_dir).events
+    search = {e.trial_id for e in events if isinstance(e, StartEvent) and e.phase == "search"}
+    state = JournalState([e for e in events if e.trial_id in search])
     last: dict[str, str] = {}  # trial -> its latest start/end event
     for event in state.events:
-        if event["event"] in ("start", "end"):
-            last[event["trial_id"]] = event["event"]
-    order = list(dict.fromkeys(e["trial_id"] for e in state.events if e["event"] == "start"))
+        if not isinstance(event, ResultEvent):
+            last[event.trial_id] = event.event
+    order = list(dict.fromkeys(e.trial_id for e in state.events if isinstance(e, StartEvent)))
     state.finished = [t for t in order if last.get(t) == "end"]
     state.interrupted = [t for t in order if last.get(t) != "end"]
     return state
@@ -86,16 +86,16 @@ def replay(state: JournalState, searcher: Replayable, watch: Watch | None = None
     finished = set(state.finished)
     # A trial Ray once resumed has several attempts: suggested at its first start, ended at
     # its last end.
-    final_end = {e["trial_id"]: i for i, e in enumerate(state.events) if e["event"] == "end"}
+    final_end = {e.trial_id: i for i, e in enumerate(state.events) if isinstance(e, EndEvent)}
     open_: dict[str, dict[str, Any]] = {}  # suggested, not ended yet: id -> journaled config
     last_result: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     for index, event in enumerate(state.events):
-        tid, kind = event["trial_id"], event["event"]
+        tid = event.trial_id
         if tid not in finished:
             continue
-        if kind == "start" and tid not in open_ and tid not in last_result:
-            config = event.get("config") or {}
+        if isinstance(event, StartEvent) and tid not in open_ and tid not in last_result:
+            config = dict(event.config)
             proposed = searcher.suggest(tid)
             last_result[tid] = {}
             if not isinstance(proposed, Mapping) or not _same(proposed, config):
@@ -104,21 +104,21 @@ def replay(state: JournalState, searcher: Replayable, watch: Watch | None = None
                              f"trial {tid} ran; it is not told that trial's outcome")
                 continue
             open_[tid] = config
-        elif kind == "result" and tid in open_:
-            result = {k: v for k, v in event.items() if k not in _NOT_METRICS}
+        elif isinstance(event, ResultEvent) and tid in open_:
+            result = event.metrics
             # Ray's own key, left out of the journal; Optuna's searcher reads it
             result[ITERATION] = last_result[tid].get(ITERATION, 0) + 1
             last_result[tid] = result
             searcher.on_trial_result(tid, result)
-        elif kind == "end" and tid in open_ and final_end[tid] == index:
+        elif isinstance(event, EndEvent) and tid in open_ and final_end[tid] == index:
             config = open_.pop(tid)
-            failed = event.get("status") == "failed"
+            failed = event.failed
             if failed:
                 searcher.on_trial_complete(tid, error=True)
             else:
                 searcher.on_trial_complete(tid, result=last_result[tid])
             if watch is not None:
-                failure = Failure.from_json(event["failure"]) if failed and \
-                    event.get("failure") else None
+                failure = Failure.from_json(event.failure.dump()) if failed and \
+                    event.failure is not None else None
                 watch.observe(tid, config, failure)
     return notes

@@ -14,8 +14,10 @@ import pandas as pd
 from launchers.registry import screen_args
 from search_spaces import knobs
 from search_spaces.space import load
-from tuner.output.files import write_json
-from tuner.output.results import configs
+from tuner.record.experiment import Experiment
+from tuner.record.files import write_json
+from tuner.record.rows import ranked as best_first
+from tuner.record.rows import rows_of, search_rows
 from tuner.run.experiment import run
 from tuner.run.finish import RunOutcome
 from tuner.run.fit import started
@@ -64,14 +66,11 @@ def env_part(config: dict[str, Any]) -> dict[str, Any]:
 def ranking(table: pd.DataFrame, out_dir: Path, mode: str) -> list[dict[str, Any]]:
     """The screened NCCL settings, best first (completed trials, baseline excluded, each
     setting once)."""
-    if table.empty:
-        return []
-    done = table[(table["status"] == "ok") & ~table["baseline"] & table["score"].notna()]
-    done = done.sort_values("score", ascending=mode == "min")
-    launched = configs(out_dir)
+    done = [r for r in rows_of(table) if r.done and not r.baseline]
+    launched = Experiment.journal(out_dir).settings() if done else {}
     ranked: list[dict[str, Any]] = []
-    for tid in done["trial_id"]:
-        env = env_part(launched[tid])
+    for row in best_first(done, "score", mode):
+        env = env_part(launched[row.trial_id])
         if env not in ranked:
             ranked.append(env)
     return ranked
@@ -105,12 +104,10 @@ def rank_correlation(screen_dir: Path, screen_table: pd.DataFrame, server_dir: P
     """Proxy score vs server score for the settings both measured: Spearman's rho, its n
     and its 95% interval."""
     def keyed(out_dir: Path, table: pd.DataFrame) -> dict[str, float]:
-        launched = configs(out_dir)
-        if "phase" in table:  # search trials only: not the confirm repeats or the reference
-            table = table[table["phase"].fillna("search") == "search"]
-        rows = table[(table["status"] == "ok") & table["score"].notna()]
-        return {_key(env_part(launched[t])): float(s)
-                for t, s in zip(rows["trial_id"], rows["score"], strict=True)}
+        launched = Experiment.journal(out_dir).settings()
+        # search trials only: not the confirm repeats or the reference
+        return {_key(env_part(launched[r.trial_id])): float(r.score)
+                for r in search_rows(rows_of(table)) if r.done and r.score is not None}
 
     proxy, server = keyed(screen_dir, screen_table), keyed(server_dir, server_table)
     common = [k for k in server if k in proxy]

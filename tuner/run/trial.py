@@ -19,6 +19,7 @@ from launchers.base import Metrics, TrialContext, TrialRecord, Workload
 from launchers.failures import Failure, FailureKind, TrialFailed
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
+from tuner.record.trial_file import read_trial
 from tuner.run.lifecycle import Launch, Limits
 
 log = logging.getLogger(__name__)
@@ -132,8 +133,4 @@ def _effective_columns(effective: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_record(folder: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads((folder / "trial.json").read_text())
-        return data
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_trial(folder)

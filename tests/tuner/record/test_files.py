@@ -58,12 +58,14 @@ def test_an_old_confirm_json_loads_and_is_written_back_as_it_was(tmp_path: Path)
 
 
 def test_run_json_and_stages_json(tmp_path: Path) -> None:
-    old_run = {"nodes": 1, "gpus_per_node": 8, "gpus_per_trial": 8, "nodes_per_trial": 1,
+    old_run = {"nodes": 2, "gpus_per_node": [8, 8], "gpus_per_trial": 8, "nodes_per_trial": 1,
                "trials_at_once": 1, "dashboard_url": None}
     (tmp_path / RUN_JSON).write_text(json.dumps(old_run))
     run = read_record(tmp_path / RUN_JSON, RunInfo)
-    assert run is not None and run.gpus_per_trial == 8 and run.dump() == {"schema_version": 1,
-                                                                          **old_run}
+    assert run is not None and run.gpus_per_trial == 8 and run.gpus_per_node == [8, 8]
+    assert run.dump() == {"schema_version": 1, **old_run}
+    write_record(tmp_path / RUN_JSON, run)
+    assert read_record(tmp_path / RUN_JSON, RunInfo) == run
     (tmp_path / STAGES_JSON).write_text(json.dumps([
         {"stage": "comm", "pass": 1, "winner": "1e5", "config": {"NCCL_ALGO": "Ring"}},
         {"stage": "mem", "pass": 1, "winner": "52e91234", "config": {}, "pins": {"a": 1}}]))

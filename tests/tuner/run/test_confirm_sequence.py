@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from tuner.decide.sequential import Plan
+from tuner.record.rows import ResultRow, rows_of
 from tuner.run import confirm
 from tuner.search.adaptive import AdaptivePoints
 
@@ -32,13 +33,13 @@ def _setup(tmp_path: Path) -> Any:
 def _drive(monkeypatch: pytest.MonkeyPatch, script: Callable[[int, int], Outcome]
            ) -> list[tuple[int, str]]:
     """Stubs: ``_fit`` asks the searcher for launches until FINISHED, each launch's outcome
-    from ``script(point, launch number of that point)``; ``build_table`` shows them."""
+    from ``script(point, launch number of that point)``; ``_rows`` shows them."""
     rows: dict[str, Outcome] = {}
     launched: list[tuple[int, str]] = []
 
-    def table(*_: Any, **__: Any) -> pd.DataFrame:
-        return pd.DataFrame([{"trial_id": t, "status": s, "score": v, "failure_kind": k}
-                             for t, (s, v, k) in rows.items()])
+    def table(*_: Any, **__: Any) -> list[ResultRow]:
+        return rows_of(pd.DataFrame([{"trial_id": t, "status": s, "score": v, "failure_kind": k}
+                                     for t, (s, v, k) in rows.items()]))
 
     def fit(setup: Any, spec: Any, resources: Any, slots: int, searcher: AdaptivePoints,
             samples: int, *, name: str, tags: Mapping[str, Any]) -> bool:
@@ -52,7 +53,7 @@ def _drive(monkeypatch: pytest.MonkeyPatch, script: Callable[[int, int], Outcome
             rows[tid] = script(point, sum(1 for p, _ in launched if p == point))
         return False
 
-    monkeypatch.setattr(confirm, "build_table", table)
+    monkeypatch.setattr(confirm, "_rows", table)
     monkeypatch.setattr(confirm, "_fit", fit)
     return launched
 
@@ -118,8 +119,8 @@ def test_a_resumed_stage_goes_on_from_the_launches_it_had(
         {"trial_id": "e4", "phase": "confirm", "variant": "no_speculative", "status": "ok",
          "score": 90.0}])
     ran = {"e0": POINTS[0], "e1": POINTS[1], "e2": POINTS[1], "e3": POINTS[1], "e4": POINTS[0]}
-    monkeypatch.setattr(confirm, "configs", lambda _: ran)
-    monkeypatch.setattr(confirm, "build_table", lambda *_, **__: earlier)
+    monkeypatch.setattr(confirm, "_settings", lambda _: ran)
+    monkeypatch.setattr(confirm, "_rows", lambda *_, **__: rows_of(earlier))
     assert confirm._ended_before(_setup(tmp_path), POINTS, {"phase": "confirm"}) == \
         {"e0": 0, "e1": 1}
     assert confirm._ended_before(_setup(tmp_path), POINTS, {"phase": "confirm",
