@@ -15,7 +15,7 @@ from search_spaces import knobs
 from search_spaces.space import SearchSpace, load, preset_names
 from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_from_args
 from tuner.cli.nodes import check_nodes, command_lines
-from tuner.output.files import BEST_DIR, BROKEN_JSON
+from tuner.record.files import BEST_DIR, BROKEN_JSON
 from tuner.setup import Setup, prepare
 from tuner.spec import SPEC_FILE, ExperimentSpec
 
@@ -176,27 +176,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tuner.output import broken, confirm_text
     from tuner.output.readiness import campaign
     from tuner.output.results import search_rows, summary_lines, write_table
+    from tuner.record.experiment import Experiment
     from tuner.run.finish import ReportError, decision_data, write_reports
     from tuner.run.lock import holder
 
     setup = load_setup(Path(args.dir))
+    exp = Experiment.load(setup.out_dir)  # the folder, read once
     # During a run its driver owns the trials' records: in-flight trials read as running.
     df = write_table(setup.out_dir, setup.objective, setup.space.baseline(),
-                     running=holder(setup.out_dir) is not None)
+                     running=holder(setup.out_dir) is not None, exp=exp)
     if df.empty:
         raise CliError(f"{args.dir}: no trial has been recorded yet")
     for line in summary_lines(search_rows(df), setup.objective, list(setup.space.domains)):
         print(line)
-    environment = broken.load(setup.out_dir)
+    environment = exp.broken
     for line in broken.lines(environment, setup.out_dir) if environment else []:
         print(line)
-    data = confirm_text.load(setup.out_dir) or decision_data(setup, df, "no confirm stage ran")
+    data = exp.confirm or decision_data(setup, df, "no confirm stage ran", exp)
     for line in confirm_text.lines(data):
         print(line)
-    for line in campaign(setup.out_dir, df).lines():
+    for line in campaign(exp, df).lines():
         print(line)
     try:
-        written = write_reports(setup, df, data)
+        written = write_reports(setup, df, data, exp)
     except ReportError as err:
         print(f"servetune: {err}", file=sys.stderr)
         return 1

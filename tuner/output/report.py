@@ -22,7 +22,7 @@ from tuner.output.progress import settings_text
 from tuner.output.ran import row_configs, trial_ran
 from tuner.output.report_pages import SUSPECT, Facts, Plot, Table, html_page, markdown
 from tuner.record.confirm import ConfirmRecord, DecisionRecord
-from tuner.record.experiment import loaded
+from tuner.record.experiment import Experiment, loaded
 from tuner.record.info import RunInfo
 from tuner.record.rows import BREAKS, ResultRow, by_id, ranked, rows_of, search_rows
 from tuner.setup import Setup
@@ -44,11 +44,12 @@ def _cell(value: Any) -> str:
 
 
 def facts(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None,
-          top_n: int = 8) -> Facts:
+          top_n: int = 8, exp: Experiment | None = None) -> Facts:
+    """What the report says; ``exp``: the folder's records when already read."""
     spec, objective = setup.spec, setup.objective
     out = spec.out_dir
     knobs = list(setup.space.domains)
-    exp = loaded(out)  # the folder's other records, read once
+    exp = exp if exp is not None else loaded(out)  # the folder's other records, read once
     run = exp.run or RunInfo()
     confirm = ConfirmRecord.of(confirm_data)
     described = setup.workload.describe()
@@ -236,11 +237,12 @@ def render_plots(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None
     return shown
 
 
-def render(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None) -> Path:
+def render(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None,
+           exp: Experiment | None = None) -> Path:
     """Write DIR/report.html and DIR/plots/*.png; return the HTML's path."""
     shown = render_plots(setup, df, confirm_data)
     folder = setup.spec.out_dir
-    page = html_page(facts(setup, df, confirm_data), folder, shown)
+    page = html_page(facts(setup, df, confirm_data, exp=exp), folder, shown)
     path = folder / REPORT_HTML
     path.write_text(page)
     return path

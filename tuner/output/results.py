@@ -84,10 +84,11 @@ def search_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_table(out_dir: Path, objective: Objective, baseline: Mapping[str, Any],
-                running: bool = False) -> pd.DataFrame:
+                running: bool = False, exp: Experiment | None = None) -> pd.DataFrame:
     """results.csv from the journal; at the end of a run (``running`` False) the trials'
     own records learn how the journal says they ended."""
-    rows = Experiment.journal(out_dir).rows(objective, baseline, running)
+    exp = exp if exp is not None else Experiment.journal(out_dir)
+    rows = exp.rows(objective, baseline, running)
     df = typed.frame(rows)
     if not df.empty:
         write_csv(df, out_dir)

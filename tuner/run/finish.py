@@ -74,27 +74,30 @@ def memory(setup: Setup) -> FailureMemory | None:
     return FailureMemory.replay(setup.space.baseline(), outcomes, setup.space.domains)
 
 
-def decision_data(setup: Setup, df: pd.DataFrame, why: str) -> ConfirmRecord:
+def decision_data(setup: Setup, df: pd.DataFrame, why: str, exp: Experiment | None = None
+                  ) -> ConfirmRecord:
     """confirm.json's record when no confirm stage ran: the search's best, unconfirmed."""
-    decision = search_decision(df, Experiment.journal(setup.out_dir).settings(),
-                               setup.objective, why)
+    exp = exp if exp is not None else Experiment.journal(setup.out_dir)
+    decision = search_decision(df, exp.settings(), setup.objective, why)
     return ConfirmRecord.model_validate({
         "metric": setup.objective.metric, "mode": setup.objective.mode, "entries": [],
         "decision": decision.to_json()})
 
 
 def write_reports(setup: Setup, df: pd.DataFrame,
-                  confirm_data: ConfirmRecord | Mapping[str, Any] | None) -> list[Path]:
+                  confirm_data: ConfirmRecord | Mapping[str, Any] | None,
+                  exp: Experiment | None = None) -> list[Path]:
     """best/report.md and report.html with its plots. A plotting error is reported, not raised:
     the results and exports are already on disk."""
     written = []
     folder = setup.out_dir / BEST_DIR
     folder.mkdir(parents=True, exist_ok=True)
     md = folder / exports.REPORT_MD
-    md.write_text(report.markdown(report.facts(setup, df, confirm_data)))
+    exp = exp if exp is not None else Experiment.load(setup.out_dir)  # read once for both
+    md.write_text(report.markdown(report.facts(setup, df, confirm_data, exp=exp)))
     written.append(md)
     try:
-        written.append(report.render(setup, df, confirm_data))
+        written.append(report.render(setup, df, confirm_data, exp))
     except Exception as err:  # a plot that cannot be drawn must not lose the run's summary
         log.exception("report.html")
         raise ReportError(f"report.html could not be written: {err!r}") from err
