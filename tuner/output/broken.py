@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tuner.output.files import BROKEN_JSON, read_json, write_json
+from tuner.record.files import BROKEN_JSON, read_json, write_json
 
 TAIL_LINES = 12
 
