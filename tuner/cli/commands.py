@@ -103,9 +103,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if lock is not None:
             lock.release()
-    if outcome.broken_environment:
-        return 1
-    return 130 if outcome.interrupted else 0
+    if outcome.interrupted:  # before the environment's verdict: a stop can fail a launch
+        return 130
+    return 1 if outcome.broken_environment else 0
 
 
 def hold(folder: Path) -> DriverLock:

@@ -21,6 +21,12 @@ def load(out_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def set_aside(out_dir: Path) -> None:
+    """A user's stop came with the verdict (the stop itself can fail the baseline's launch):
+    the verdict is dropped, and ``--resume`` checks the environment again."""
+    (out_dir / BROKEN_JSON).unlink(missing_ok=True)
+
+
 def lines(data: dict[str, Any], out_dir: Path) -> list[str]:
     """One paragraph, then the server log's last lines, then what to do."""
     trials = [str(t) for t in data.get("trials", [])]

@@ -136,7 +136,13 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
             reporter=reporter, reuse_actors=reuse_actors(spec.reuse_actors), stop=watch))
         # Read from the folder: a resumed Tuner runs the watch it restored, not this one.
         environment = broken.load(out_dir)
-        interrupted = outcome.interrupted and environment is None
+        # A stop by the user is reported as one (exit 130, resumable) even where the stop
+        # itself made the baseline's launch fail and the watch call the environment broken.
+        interrupted = outcome.interrupted
+        if interrupted and environment is not None:
+            broken.set_aside(out_dir)
+            environment = None
+            echo("the stop came while the environment looked broken: --resume checks it again")
         confirmed = None
         if not interrupted and environment is None:  # the confirm stage, the reference
             confirmed = confirm.run_stage(setup, resources, slots, echo=echo)

@@ -117,7 +117,7 @@ def finish(setup: Setup, *, interrupted: bool, echo: Print,
         for line in lines:
             echo(line)
         echo(f"results: {out / RESULTS_CSV}")
-        return RunOutcome(out, df, None, False, lines, broken_environment=True)
+        return RunOutcome(out, df, None, interrupted, lines, broken_environment=True)
     built = memory(setup)
     if built is not None:  # ruled_out.json, suspects.json: what failed, where, and why
         evidence, suspects = built.evidence(), built.suspected()
