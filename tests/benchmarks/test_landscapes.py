@@ -319,12 +319,14 @@ def test_the_levers_landscapes_have_the_shape_they_claim() -> None:
 
 
 def test_the_default_finds_the_three_lever_optimum(tmp_path: Path) -> None:
-    """Six fixed seeds at the default's sized budget: it gets within 2% in at least half of
-    them (measured: 3 of these 6, 4-5 of 10), random search with the failure memory in none."""
+    """Six fixed seeds at the default's sized budget: it gets within 2% in at least five of
+    them (measured: 6 of these 6, 91 of seeds 0-99; 3 of these 6 before reverts, repeat
+    passes ordered by what the values measured and the combined point of refine.py),
+    random search with the failure memory in none."""
     landscape = load_landscape("three-levers")
     budget = sized_budget(landscape.space).trials
     ours = [run_search(landscape, "auto", seed, budget, 4, 0.02, tmp_path) for seed in range(6)]
     theirs = [run_search(landscape, "random+fa", seed, budget, 4, 0.02, tmp_path)
               for seed in range(6)]
     got = sum(r.first is not None for r in ours)
-    assert got >= 3 and got > sum(r.first is not None for r in theirs)
+    assert got >= 5 and got > sum(r.first is not None for r in theirs)

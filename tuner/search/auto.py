@@ -2,34 +2,32 @@
 would, then lets a model search the rest.
 
 1. The baseline (nothing set).
-2. Sweeps: each knob in order of expected effect around the best point so far (the
+2. The first pass: each lever in order of expected effect around the best point so far (the
    catalogue's ``knobs.effect``: which allreduce runs before NCCL's protocol, the protocol
-   before channel counts, NCCL's knobs last where another backend carries the allreduces;
-   an unrated knob counts as a middle one, ties go in the space's order), each of its values
-   one at a time on top of that point (a numeric range from its ends inwards). The first
-   pass sweeps every knob, so that no rating can keep one out (it fits in the sized budget:
-   budget.py). A value that beats the best by more than any knob left was expected to move
-   anything is built on at once, the rest of its knob's values wait for the end of the pass.
-   Where values tie within the noise, the point with more knobs set is built on, so that
-   each probe also tries the other settings together. After a pass, every knob whose sweep
-   started before another one moved the best point (beyond the noise) is swept again, until
-   nothing moves: coordinate descent (a sweep cut short measured its first values before the
-   rest of the pass moved the best point, so its start counts). Once swept, a knob's
-   measured effect (what its sweep spanned) takes the catalogue's place in the order. On a
-   landscape whose knobs do not interact this ends at the optimum. Between the first pass
-   and a repeat one comes one joint draw (below): where knobs pay only together, a repeat
-   pass then refines around what they found, instead of before it.
-3. The model phase for the rest of the budget, for what one knob at a time cannot find:
-   settings that pay off only together. Its proposals take turns: a joint draw (the best
-   point with every knob drawn at once from the values its last sweep could not tell from
-   its best, within twice the noise; a knob with one clear best keeps it, and a knob's unset
-   value is drawn only where it has no tied other: knobs that each cost a little alone and
-   pay together are set together; of JOINT_DRAWS such draws, the one with the most pairs of
-   settings no trial has had together), then the model (``model.TPEModel``: Optuna's
-   multivariate TPE, seeded with every point measured, failures as infeasible), whose points
-   are first sought within NEAR knobs of the best point. One turn in six is a draw from
-   anywhere (again the one covering most new pairs): a value the ties left out because the
-   noise measured it low is still drawn, so the phase never falls far below random search.
+   before channel counts, NCCL's levers last where another backend carries the allreduces;
+   an unrated lever counts as a middle one, ties go in the space's order), each of its values
+   one at a time on top of that point (a numeric range from its ends inwards). It sweeps
+   every lever, so that no rating can keep one out (it fits in the sized budget: budget.py).
+   A value that beats the best by more than any lever left was expected to move anything is
+   built on at once, the rest of its lever's values wait for the end of the pass. Where
+   values tie within the noise, the point with more levers set is built on, so that each
+   probe also tries the other settings together. Once swept, a lever's measured effect (what
+   its sweep spanned) takes the catalogue's place in the order.
+3. Repeat passes (refine.py): a lever swept before other levers moved the best point by more
+   than the noise, their gains since its sweep started added up, is swept again around the
+   best point, until nothing moves: coordinate descent. A repeat pass tries the values of all
+   such levers in one queue, those that measured closest to their lever's best first (on a
+   landscape whose levers do not interact it ends at the optimum). Between the first pass
+   and a repeat pass comes one joint draw (auto_model.py): where levers pay only together, a
+   repeat pass then refines around what they found, instead of before it.
+4. The model phase for the rest of the budget (auto_model.py): joint draws, Optuna's
+   multivariate TPE and draws from anywhere, in turns.
+
+Where a model-phase point moves the best point, each lever it changed is set back to the old
+best's value, one at a time (a joint draw sets every lever at once: the settings that paid
+stay, the rest go back); and the point the run's one-lever pairs of measurements, pooled,
+rank best (pairs.py: small gains measured one at a time, tried together) is tried when the
+sweeps end and every CONSENSUS_EVERY launches of a repeat pass.
 
 A value that fails in a sweep beside other settings is tried once more alone on the
 baseline: failing there, the failure memory rules it out; running there, it failed only
@@ -42,44 +40,29 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from ray.tune.search import Searcher
 
 from search_spaces import knobs
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
+from tuner.search.auto_model import BASELINE, MODEL, SWEEP, Entry, Model, ModelPhase, default_model
 from tuner.search.base import OwnSpaceSearcher
 from tuner.search.keys import Config, config_key
-from tuner.search.levers import joint_draw, lever_order, newest, probe, spanned, ties, value_order
+from tuner.search.levers import lever_order, probe, runnable, spanned, ties, value_order
 from tuner.search.memory import FailureMemory
-from tuner.search.model import TPEModel
+from tuner.search.refine import Refine
 
-BASELINE, SWEEP, MODEL = "baseline", "sweep", "model"
-NEAR = 2  # the model's point is first sought within this many knobs of the best point
+__all__ = ["BASELINE", "MODEL", "SWEEP", "AutoSearcher", "Model", "default_model"]
+
 MOVE = 0.01  # the smallest gain (log units) that counts as the best point moving
 TIE = 2.0  # values within this many times the noise of a lever's best tie with it
-JOINT_DRAWS = 50  # draws tried for a new joint point before TPE's turn comes early
 EARLY_JOINT = 1  # joint draws after the first pass, before a repeat pass
-# the model phase's proposals in turn, from the second: joint draws half of them, TPE a
-# third, a draw from anywhere (_explore_point) a sixth
-TURNS = ("explore", "joint", "model", "joint", "model", "joint")
 
 
-class Model(Protocol):
-    """What the model-based part needs: measured points in, the next point out."""
-
-    def add(self, config: Mapping[str, Value], value: float | None) -> None: ...
-
-    def propose(self, allowed: Callable[[Config], bool]) -> Config | None: ...
-
-
-def default_model(space: SearchSpace, mode: str, seed: int) -> Model:
-    return TPEModel(space, mode, seed)
-
-
-class AutoSearcher(OwnSpaceSearcher):
+class AutoSearcher(Refine, ModelPhase, OwnSpaceSearcher):
     def __init__(self, space: SearchSpace, rounds: int, seed: int = 0,
                  metric: str | None = None, mode: str | None = None,
                  memory: FailureMemory | None = None,
@@ -92,29 +75,34 @@ class AutoSearcher(OwnSpaceSearcher):
         self.memory = memory
         self.make_model = make_model
         self.order = lever_order(space)
-        self.plan = list(self.order)  # levers still to sweep in this pass
-        self.lever: str | None = None  # the lever the sweep is at
+        self.plan = list(self.order)  # levers still to sweep in the first pass
+        self.lever: str | None = None  # the lever the first pass is at
         self.value_index = 0  # the next of its values
         self.deferred: list[tuple[str, int]] = []  # levers cut short: (lever, next value)
         self.cut = False  # the last probe gained more than any lever left could
-        self.again = False  # sweeping again, levers whose best won narrowly first
+        self.queue: list[tuple[str, Value]] = []  # a repeat pass: (lever, value) in turn
         self.started: dict[str, int] = {}  # lever -> launches when its last sweep started
         self.tried: dict[str, list[float]] = {}  # lever -> what its last sweep measured
         self.swept: dict[str, dict[Value, float | None]] = {}  # lever -> value -> its mean
         # in the lever's last sweep (None: it failed), the best point's own value first
         self.early = self.early_done = 0  # joint draws between the first and a repeat pass
         self.turn = 0  # the model phase's proposals: joint draws and TPE's take turns
-        self.moves: list[tuple[int, str]] = []  # (launch index, lever) of each real gain
+        self.gains: list[tuple[int, str, float]] = []  # (launch index, lever, gain) of each
+        # result that beat the best measured (MODEL, a revert's lever or CONSENSUS for others)
+        self.revert: list[tuple[str, Value]] = []  # after a model move: the old best's values
+        self.anchor: tuple[Config, float] | None = None  # the point the reverts build on
+        self.refined: dict[str, str] = {}  # revert or consensus trial -> its lever, CONSENSUS
+        self.last_consensus = 0  # launches when the last combined point was proposed
         self.index_of: dict[str, int] = {}  # trial -> launch index
         self.phase_of: dict[str, str] = {}  # trial -> baseline | sweep | model
-        self.probed: dict[str, tuple[str, Value]] = {}  # sweep trial -> the knob and value
+        self.probed: dict[str, tuple[str, Value]] = {}  # sweep trial -> the lever and value
         self.recheck: list[Config] = []  # failed probes to try again on the baseline
         self.config_of: dict[str, Config] = {}
         self.launched: set[str] = set()
         self.values: dict[str, list[float]] = {}
         self.rounds_of: dict[str, set[int]] = {}
-        self.finished: dict[str, tuple[Config, float | None, bool]] = {}  # key -> (config,
-        # mean or None for a failure, whether every round ran)
+        self.finished: dict[str, Entry] = {}  # key -> (config, mean or None for a failure,
+        # whether every round ran)
         self.model: Model | None = None
         self.rng = random.Random(seed)
 
@@ -125,38 +113,60 @@ class AutoSearcher(OwnSpaceSearcher):
         if not self.phase_of:
             return self._launch(trial_id, self.space.baseline(), BASELINE)
         while self.recheck:
-            point = self.recheck.pop(0)
-            if self._new(point):
-                return self._launch(trial_id, point, SWEEP)
+            alone = self.recheck.pop(0)
+            if self._new(alone):
+                return self._launch(trial_id, alone, SWEEP)
         best = self.best()  # no result arrives while suggesting: one best point throughout
-        while self.lever is not None or self._next_lever():
-            assert self.lever is not None
-            name, values = self.lever, value_order(self.space.domains[self.lever])
-            while self.value_index < len(values):
-                if self.cut:
-                    self.deferred.append((name, self.value_index))
-                    break
-                value = values[self.value_index]
-                self.value_index += 1
-                if value == best.get(name):
-                    continue
-                probed = probe(self.space, best, name, value)
-                if probed is not None and self._new(probed):
-                    self.probed[trial_id] = (name, value)
-                    return self._launch(trial_id, probed, SWEEP)
-            self.lever, self.cut = None, False
-        if self.early <= EARLY_JOINT and self.early > self.early_done:
+        point = self._revert_point(trial_id)
+        if point is None and self.queue:
+            point = self._consensus(trial_id, best)
+        while point is None and (self.queue or self.lever is not None or self._next_lever()):
+            point = self._repeat_probe(trial_id, best) if self.queue else \
+                self._first_pass_probe(trial_id, best)
+        if point is None and self.early_done:
+            point = self._consensus(trial_id, best)
+        if point is None and self.early_done < self.early <= EARLY_JOINT:
             self.early_done = self.early
             joint = self._joint_point()
-            if joint is not None:
-                return self._launch(trial_id, joint, MODEL)
-        return self._from_model(trial_id)
+            point = None if joint is None else self._launch(trial_id, joint, MODEL)
+        if point is None:
+            point = self._from_model(trial_id)
+        return Searcher.FINISHED if point is None else point  # type: ignore[return-value]
+
+    def _repeat_probe(self, trial_id: str, best: Config) -> Config | None:
+        """The repeat pass's next value beside the best point (None: it cannot run there)."""
+        name, value = self.queue.pop(0)
+        point = runnable(self.space, {**best, name: value})
+        if value == best.get(name) or point is None or point.get(name) != value:
+            return None
+        return self._probe(trial_id, point, name, value)
+
+    def _first_pass_probe(self, trial_id: str, best: Config) -> Config | None:
+        """The first pass's next value of its lever (None at the lever's end)."""
+        assert self.lever is not None
+        name, values = self.lever, value_order(self.space.domains[self.lever])
+        while self.value_index < len(values):
+            if self.cut:
+                self.deferred.append((name, self.value_index))
+                break
+            value = values[self.value_index]
+            self.value_index += 1
+            point = probe(self.space, best, name, value) if value != best.get(name) else None
+            if point is not None and (launched := self._probe(trial_id, point, name, value)):
+                return launched
+        self.lever, self.cut = None, False
+        return None
+
+    def _probe(self, trial_id: str, point: Config, name: str, value: Value) -> Config | None:
+        if not self._new(point):
+            return None
+        self.probed[trial_id] = (name, value)
+        return self._launch(trial_id, point, SWEEP)
 
     def _next_lever(self) -> bool:
-        """The next lever to sweep: of this pass's, the one with the largest expected effect
-        around the best point; then the rest of the levers cut short; once a pass is done, a
-        lever swept before another lever (or the model) moved the best point by more than
-        the noise: its best value may differ now."""
+        """The first pass's next lever: of those left, the one with the largest expected
+        effect around the best point; then the rest of the levers cut short; once the pass is
+        done, one joint draw, then a repeat pass (refine.py) where one is due."""
         if not self.plan and self.deferred:
             self.lever, self.value_index = self.deferred.pop(0)
             return True
@@ -164,26 +174,21 @@ class AutoSearcher(OwnSpaceSearcher):
             self.early += 1  # the first pass is over: joint draws before any repeat pass
             return False
         if not self.plan:
-            stale = [lever for lever in self.order
-                     if any(other != lever and index >= self.started.get(lever, 0)
-                            for index, other in self.moves)]
-            ranked = lever_order(self.space, self.best(), self.effects())
-            self.plan = sorted(stale, key=ranked.index)
-            self.again = bool(self.plan)
-        if not self.plan:
+            self._repeat_pass()
             return False
-        if self.again:
-            self.lever = self.plan.pop(0)
-        else:
-            ranked = lever_order(self.space, self.best(), self.effects())
-            self.lever = min(self.plan, key=ranked.index)
-            self.plan.remove(self.lever)
+        ranked = lever_order(self.space, self.best(), self.effects())
+        self.lever = min(self.plan, key=ranked.index)
+        self.plan.remove(self.lever)
         self.value_index = 0
-        self.started[self.lever] = len(self.phase_of)
-        best = self._best_value()
-        self.tried[self.lever] = [] if best is None else [best]
-        self.swept[self.lever] = {} if best is None else {self.best().get(self.lever): best}
+        self._start_sweep(self.lever)
         return True
+
+    def _start_sweep(self, lever: str) -> None:
+        """A sweep of ``lever`` starts around the best point: its records start afresh."""
+        self.started[lever] = len(self.phase_of)
+        best = self._best_value()
+        self.tried[lever] = [] if best is None else [best]
+        self.swept[lever] = {} if best is None else {self.best().get(lever): best}
 
     def ties(self, lever: str) -> list[Value]:
         """The values of ``lever`` its last sweep could not tell from its best one: within
@@ -200,71 +205,6 @@ class AutoSearcher(OwnSpaceSearcher):
     def _new(self, point: Config) -> bool:
         return config_key(point) not in self.launched and not (
             self.memory is not None and self.memory.ruled_out(point))
-
-    def _from_model(self, trial_id: str) -> Config | None:
-        self.turn += 1
-        turn = TURNS[self.turn % len(TURNS)]
-        point = ((turn == "joint" and self._joint_point())
-                 or (turn == "explore" and self._explore_point())
-                 or self._model_point() or self._local_move())
-        if point is None:
-            return Searcher.FINISHED  # type: ignore[return-value]
-        return self._launch(trial_id, point, MODEL)
-
-    def _model_point(self) -> Config | None:
-        """The model's next point: of its draws, one that changes at most NEAR knobs of the
-        best point (what pays off from here: on ``interact`` TPE's draws from anywhere wasted
-        the budget on points far off), else any new one."""
-        model, best = self._model(), self.best()
-
-        def near(p: Config) -> bool:
-            return sum(p.get(n) != best.get(n) for n in self.space.domains) <= NEAR
-
-        point = model.propose(lambda p: near(p) and self._new(p) and not self.space.validate(p))
-        return point or model.propose(lambda p: self._new(p) and not self.space.validate(p))
-
-    def _joint_point(self) -> Config | None:
-        """The best point with every lever drawn at once from the values its sweep could not
-        tell apart (levers that pay only together, each alone within the noise or slightly
-        worse, are set together; a lever with one clear best keeps it)."""
-        best, choices = self.best(), {lever: self.ties(lever) for lever in self.swept}
-        drawn = [point for _ in range(JOINT_DRAWS)
-                 if (point := joint_draw(self.space, best, choices, self.rng)) is not None
-                 and self._new(point)]
-        return newest(drawn, self.config_of.values(), self.space.domains)
-
-    def _explore_point(self) -> Config | None:
-        """A point from anywhere in the space, of JOINT_DRAWS uniform draws the one with the
-        most pairs of settings no trial has had together: what the sweeps' ties left out (a
-        value that paid only beside another, measured low by the noise alone) is still drawn,
-        so the model phase never falls far below random search."""
-        drawn = [point for _ in range(JOINT_DRAWS)
-                 if not self.space.validate(point := self.space.sample(self.rng))
-                 and self._new(point)]
-        return newest(drawn, self.config_of.values(), self.space.domains)
-
-    def _local_move(self) -> Config | None:
-        """When the model keeps proposing what ran: one knob changed on the best points,
-        best first; else any new valid point."""
-        for config, _, _ in sorted(self._measured(), key=self._rank, reverse=True):
-            for name in self.order:
-                for value in self.space.domains[name]:
-                    point = probe(self.space, config, name, value)
-                    if point is not None and self._new(point):
-                        return point
-        for _ in range(2000):
-            point = self.space.sample(self.rng)
-            if not self.space.validate(point) and self._new(point):
-                return point
-        return None
-
-    def _model(self) -> Model:
-        if self.model is None:
-            make = self.make_model or default_model
-            self.model = make(self.space, self.mode or "max", self.seed)
-            for config, value, _ in self.finished.values():
-                self.model.add(config, value)
-        return self.model
 
     def completed(self, trial_id: str, config: Config) -> None:
         """The filter completed this suggestion with partners (what the workload resolved for
@@ -287,11 +227,14 @@ class AutoSearcher(OwnSpaceSearcher):
     def _sign(self) -> float:
         return 1.0 if self.mode != "min" else -1.0
 
-    def _measured(self) -> list[tuple[Config, float | None, bool]]:
+    def _direction(self) -> str:
+        return self.mode or "max"
+
+    def _measured(self) -> list[Entry]:
         """The finished points that ran (a measured value)."""
         return [v for v in self.finished.values() if v[1] is not None]
 
-    def _rank(self, entry: tuple[Config, float | None, bool]) -> tuple[bool, float]:
+    def _rank(self, entry: Entry) -> tuple[bool, float]:
         _, value, complete = entry
         return complete, self._sign * (value or 0.0)
 
@@ -301,7 +244,7 @@ class AutoSearcher(OwnSpaceSearcher):
 
     def best(self) -> Config:
         """The point the sweep builds on: the best measured so far (one that ran every round
-        first); of those within the noise of it, the one that sets the most knobs, so that
+        first); of those within the noise of it, the one that sets the most levers, so that
         where the values tie each probe also tries the other settings together. The baseline
         before any."""
         ranked = self._measured()
@@ -358,22 +301,25 @@ class AutoSearcher(OwnSpaceSearcher):
             self._record(trial_id, result)
         values = [] if error else self.values.get(trial_id, [])
         value = sum(values) / len(values) if values else None
-        if value is None and trial_id in self.probed:
-            self._recheck(config, *self.probed[trial_id])
-        key = config_key(config)
         probed = self.probed.get(trial_id)
+        if value is None and probed is not None:
+            self._recheck(config, *probed)
         if value is not None and probed is not None and probed[0] in self.tried:
             self.tried[probed[0]].append(value)
+        if probed is not None and probed[0] in self.swept:
+            if value is not None:
+                self.swept[probed[0]][probed[1]] = value
+            else:
+                self.swept[probed[0]].setdefault(probed[1], None)
         gain = self._gain(value) if value is not None else 0.0
-        if value is not None and probed is not None and probed[0] in self.swept:
-            self.swept[probed[0]][probed[1]] = value
-        elif probed is not None and probed[0] in self.swept:
-            self.swept[probed[0]].setdefault(probed[1], None)
-        if gain > self._noise():
-            lever = self.probed.get(trial_id, (MODEL, None))[0]
-            self.moves.append((self.index_of[trial_id], lever))
-            if lever == self.lever and gain > self._largest_left():
-                self.cut = True
+        lever = probed[0] if probed else self.refined.get(trial_id, MODEL)
+        if gain > 0:
+            self.gains.append((self.index_of[trial_id], lever, gain))
+        if value is not None:
+            self._refine_after(trial_id, config, value, gain > self._noise())
+        if gain > self._noise() and lever == self.lever and gain > self._largest_left():
+            self.cut = True
+        key = config_key(config)
         if key not in self.finished:
             self.finished[key] = (config, value, len(values) >= self.rounds)
             if self.model is not None:

@@ -109,5 +109,21 @@ def joint_draw(space: SearchSpace, around: Mapping[str, Value],
         options = [v for v in values if v != baseline.get(name)] or values
         if options:
             point[name] = rng.choice(options)
-    point = space.complete(point)
-    return None if space.validate(point) else point
+    return runnable(space, point)
+
+
+def runnable(space: SearchSpace, point: Mapping[str, Value]) -> Config | None:
+    """``point`` completed; where one of its values runs only beside a partner
+    (constraints.PARTNER) that it does not have, the partner at the first of its values that
+    lets it run; None when that still breaks a rule of the space."""
+    out = space.complete(dict(point))
+    if not space.validate(out):
+        return out
+    for (name, value), partner in PARTNER.items():
+        if out.get(name) != value or partner not in space.domains:
+            continue
+        for other in space.domains[partner]:
+            fixed = space.complete({**out, partner: other})
+            if not space.validate(fixed):
+                return fixed
+    return None
