@@ -21,6 +21,17 @@ ADDR_VARIABLE = "DIST_INIT_ADDR"
 ADDR_PLACEHOLDER = "$" + ADDR_VARIABLE  # where the nodes meet, outside a trial
 GPUS_ENV = "CUDA_VISIBLE_DEVICES"
 NNODES, NODE_RANK, DIST_INIT_ADDR = "--nnodes", "--node-rank", "--dist-init-addr"
+# The ports a trial's nodes meet at: the dist-init port and the six after it. SGLang 0.5.23,
+# srt/server_args.py, PortArgs.init_new: with DP attention (attn_dp_size > 1) and
+# --dist-init-addr, port_base = dist_init_port + 1 and every node's engine
+# (entrypoints/engine.py, Engine._launch_subprocesses -> PortArgs.init_new) waits for
+# dist_init_port, port_base .. port_base + 4 and, with --nnodes > 1, port_base + 5
+# (load_collector_port) to be free on its own host (wait_port_available; a busy one fails the
+# launch after SGLANG_WAIT_PORT_TIMEOUT, 30 s). attn_dp_size is resolved by SGLang (its
+# flags, and model hooks), not known from the plan, so every trial reserves and checks all
+# seven on every node; without DP attention only node 0 binds the first (torch.distributed's
+# TCP store).
+MEETING_PORTS = 7
 
 
 def node_flags(nodes: int, rank: int, addr: str) -> tuple[str, ...]:
@@ -31,6 +42,26 @@ def node_flags(nodes: int, rank: int, addr: str) -> tuple[str, ...]:
 def all_plans(plan: LaunchPlan) -> list[LaunchPlan]:
     """Every node's plan, node 0 first."""
     return [plan, *plan.peers]
+
+
+def meeting_addr(plan: LaunchPlan) -> str | None:
+    """The ``HOST:PORT`` of ``plan``'s ``--dist-init-addr``; None outside a trial (no
+    address, or the placeholder)."""
+    argv = list(plan.argv)
+    if DIST_INIT_ADDR not in argv[:-1]:
+        return None
+    addr = argv[argv.index(DIST_INIT_ADDR) + 1]
+    return addr if addr.rpartition(":")[2].isdigit() else None
+
+
+def meeting_ports(plan: LaunchPlan) -> tuple[int, ...]:
+    """The ports every node of ``plan``'s trial needs free: ``MEETING_PORTS`` from the port of
+    its ``--dist-init-addr`` (none outside a trial)."""
+    addr = meeting_addr(plan)
+    if addr is None:
+        return ()
+    port = int(addr.rpartition(":")[2])
+    return tuple(range(port, port + MEETING_PORTS))
 
 
 def on_node(plan: LaunchPlan, gpu_ids: tuple[str, ...]) -> LaunchPlan:

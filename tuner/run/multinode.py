@@ -29,6 +29,8 @@ from typing import Any, ClassVar, Protocol
 
 from launchers.base import LaunchPlan, Metrics, Running, TrialContext, Workload
 from launchers.failures import Failure, FailureKind, TrialFailed
+from launchers.multinode import MEETING_PORTS, meeting_addr, meeting_ports
+from launchers.process import LOCALHOST, port_is_free
 from search_spaces.knobs import Value
 
 NODE_ENV = "SERVETUNE_NODE"  # the Ray node a server of a multi-node trial runs on
@@ -47,6 +49,11 @@ def node_label(rank: int, info: Mapping[str, Any]) -> str:
 def node_marker(marker: str, rank: int) -> str:
     """The marker of node ``rank``'s processes (node 0 keeps the trial's own)."""
     return marker if rank == 0 else f"{marker}/node{rank}"
+
+
+def trial_marker(marker: str, rank: int) -> str:
+    """The trial's marker from node ``rank``'s (``node_marker``'s inverse)."""
+    return marker.removesuffix(f"/node{rank}") if rank else marker
 
 
 def node_log(folder: Path, rank: int) -> Path:
@@ -125,7 +132,20 @@ class MultiNodeWorkload(Workload):
                          if w not in warnings]
         return warnings
 
+    def _check_meeting(self, plan: LaunchPlan) -> None:
+        """The meeting ports (reserved for this trial on this node, ``across_nodes``) still
+        free here before anything starts: ``port_busy`` with node 0 named."""
+        hosts = dict.fromkeys((self.here.address, LOCALHOST))
+        busy = [p for p in meeting_ports(plan) if not all(port_is_free(p, h) for h in hosts)]
+        if busy:
+            label = node_label(0, {"node_id": self.here.node_id, "address": self.here.address})
+            raise TrialFailed(Failure(FailureKind.PORT_BUSY, (
+                f"{label}: port(s) {', '.join(map(str, busy))} already in use: the trial meets "
+                f"at {meeting_addr(plan)}, and SGLang checks that port and the "
+                f"{MEETING_PORTS - 1} after it"), details={"node": label, "node_rank": 0}))
+
     def start(self, plan: LaunchPlan, ctx: TrialContext) -> MultiNodeRunning:
+        self._check_meeting(plan)
         try:
             described = self.nodes.describe()
             started = self.nodes.start(plan.peers, ctx.trial_dir, ctx.marker)

@@ -6,7 +6,10 @@ free of other processes (``gpu.wait_clean``, or ``gpu_busy``), and the port. SGL
 serves a dummy health server on the same ``--host``/``--port`` as node 0
 (``srt/entrypoints/engine.py``: ``launch_dummy_health_check_server`` for node_rank >= 1), so
 that port must be free here (else ``port_busy``); where the run leaves ports to each trial,
-the follower gets a free one of its own node instead of node 0's.
+the follower gets a free one of its own node instead of node 0's. The ports the nodes meet at
+(the dist-init port and the six after it, ``launchers.multinode.MEETING_PORTS``: SGLang checks
+them on every node with DP attention) are reserved here for the trial (``launchers.ports``:
+another trial's reservation on this host, or a bound port, is ``port_busy``) until the stop.
 
 The stop comes after node 0's: a follower ignores SIGTERM (its handler only logs; its
 schedulers stop on rank 0's ShutdownReq broadcast, or fail once their collectives find rank 0
@@ -25,8 +28,9 @@ from typing import Any
 from launchers import gpu, process
 from launchers.base import LaunchPlan
 from launchers.failures import Failure, FailureKind, TrialFailed
-from launchers.multinode import on_node, with_port
-from tuner.run.multinode import NODE_ENV
+from launchers.multinode import meeting_addr, meeting_ports, on_node, with_port
+from launchers.ports import PortLease
+from tuner.run.multinode import NODE_ENV, trial_marker
 
 KILL_GRACE_S = 1.0  # SIGTERM to SIGKILL in a follower's tree kill (its main ignores SIGTERM)
 PORT_RELEASE_S = 5.0  # how long a stopped follower's port may take to be free again
@@ -42,7 +46,9 @@ class NodeServer:
     gpu_ids: tuple[str, ...] = ()
     gpu_timeout: float = 60.0
     own_port: bool = False  # the run leaves ports to each trial: a free one of this node
+    address: str = ""  # this node's (its meeting ports are checked free there and locally)
     server: process.ServerProcess | None = None
+    lease: PortLease | None = None
     _gpus_before: list[gpu.GpuState] = field(default_factory=list)
 
     def _fail(self, kind: FailureKind, message: str) -> TrialFailed:
@@ -61,14 +67,32 @@ class NodeServer:
                              f"port {plan.port} on {plan.host} is already in use")
         return plan
 
+    def _meet(self, plan: LaunchPlan, marker: str) -> None:
+        """Reserve the trial's meeting ports on this node (shared with node 0's reservation
+        where node 0 is this host: one owner, the trial), or ``port_busy``."""
+        addr, ports = meeting_addr(plan), meeting_ports(plan)
+        if addr is None or not ports:
+            return
+        self.lease = PortLease(trial_marker(marker, self.rank))
+        hosts = tuple(dict.fromkeys(h for h in (process.LOCALHOST, self.address) if h))
+        busy = self.lease.take(ports, hosts)
+        if busy:
+            self.lease.close()
+            raise self._fail(FailureKind.PORT_BUSY, (
+                f"port(s) {', '.join(map(str, busy))} reserved by another trial or in use "
+                f"here: the trial meets at {addr}, and SGLang checks that port and the "
+                f"{len(ports) - 1} after it on every node"))
+
     def start(self, plan: LaunchPlan, log_path: Path, marker: str) -> dict[str, Any]:
-        """This node's plan, here (its own GPUs, its port); its pid and port. Raises
-        TrialFailed (``port_busy``, ``gpu_busy``) before anything starts."""
+        """This node's plan, here (its own GPUs, its port, the meeting ports); its pid and
+        port. Raises TrialFailed (``port_busy``, ``gpu_busy``) before anything starts."""
         plan = self._port(on_node(plan, self.gpu_ids))
+        self._meet(plan, marker)
         if self.gpu_ids:
             try:
                 self._gpus_before = gpu.wait_clean(self.gpu_ids, self.gpu_timeout)
             except TrialFailed as busy:
+                self._release()
                 raise self._fail(FailureKind.GPU_BUSY, busy.failure.message) from None
         env = {**plan.full_env(), NODE_ENV: self.node_id}
         self.server = process.ServerProcess.spawn(plan.argv, env, log_path, marker,
@@ -81,10 +105,17 @@ class NodeServer:
     def log_tail(self, max_bytes: int) -> str:
         return self.server.log_text(max_bytes) if self.server is not None else ""
 
+    def _release(self) -> None:
+        if self.lease is not None:
+            self.lease.close()
+            self.lease = None
+
     def stop(self, wait: float) -> list[str]:
         """Node 0 is down: up to ``wait`` s for the server to end on its own, then its tree
-        killed; returns what did not come back (its port, its GPUs' memory)."""
+        killed, then the meeting ports let go; returns what did not come back (its port, its
+        GPUs' memory)."""
         if self.server is None:
+            self._release()
             return []
         with suppress(subprocess.TimeoutExpired):
             self.server.popen.wait(timeout=max(0.0, wait))
@@ -93,6 +124,7 @@ class NodeServer:
         if not report.port_free:
             problems.append(f"port {self.server.port} still in use {PORT_RELEASE_S:.0f} s "
                             "after the stop")
+        self._release()
         problems += gpu.wait_memory_back(self._gpus_before, timeout=MEMORY_BACK_S)
         self._gpus_before = []
         return problems

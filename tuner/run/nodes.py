@@ -35,6 +35,8 @@ from ray.util.scheduling_strategies import (
 from launchers import process
 from launchers.base import LaunchPlan, TrialContext, Workload
 from launchers.failures import TrialFailed
+from launchers.multinode import MEETING_PORTS
+from launchers.ports import reserve_block
 from launchers.priority import match_parent_priority
 from tuner.run.multinode import (
     NODE_ENV,
@@ -69,7 +71,8 @@ class NodeAgent:
     def __init__(self, rank: int, gpu_timeout: float, own_port: bool) -> None:
         self.priority = match_parent_priority()  # not Ray's worker niceness for the server
         self.node = NodeServer(rank, ray.get_runtime_context().get_node_id(),
-                               tuple(str(g) for g in ray.get_gpu_ids()), gpu_timeout, own_port)
+                               tuple(str(g) for g in ray.get_gpu_ids()), gpu_timeout, own_port,
+                               ray.util.get_node_ip_address())
         atexit.register(self._exit)
 
     def describe(self) -> dict[str, Any]:
@@ -174,20 +177,24 @@ class RayNodes:
 def across_nodes(ctx: TrialContext, workload: Workload, nodes: int, gpu_timeout: float = 60.0,
                  own_ports: bool = False) -> Iterator[tuple[TrialContext, Workload]]:
     """This trial's context and workload over ``nodes`` nodes (as they are for one): the
-    meeting address is this node's and a free port here; each other node waits up to
-    ``gpu_timeout`` for its GPUs and serves on a free port of its own with ``own_ports`` (the
-    run leaves ports to each trial); the agents go when the trial ends."""
+    meeting address is this node's and a block of ``MEETING_PORTS`` ports here, outside the
+    ephemeral range and reserved for the trial until it ends (``launchers.ports``; each other
+    node reserves and checks them there too); each other node waits up to ``gpu_timeout``
+    for its GPUs and serves on a free port of its own with ``own_ports`` (the run leaves
+    ports to each trial); the agents go when the trial ends."""
     if nodes == 1:
         yield ctx, workload
         return
     address = ray.util.get_node_ip_address()
     here = Here(ray.get_runtime_context().get_node_id(), address)
-    ctx = replace(ctx, nodes=nodes, dist_init_addr=f"{address}:{process.free_port(address)}")
-    others = RayNodes(nodes, gpu_timeout, own_ports)
-    try:
-        yield ctx, MultiNodeWorkload(workload, others, here)
-    finally:
-        others.close()
+    hosts = tuple(dict.fromkeys((address, process.LOCALHOST)))
+    with reserve_block(ctx.marker, MEETING_PORTS, hosts) as lease:
+        ctx = replace(ctx, nodes=nodes, dist_init_addr=f"{address}:{lease.ports[0]}")
+        others = RayNodes(nodes, gpu_timeout, own_ports)
+        try:
+            yield ctx, MultiNodeWorkload(workload, others, here)
+        finally:
+            others.close()
 
 
 # ---------------------------------------------------------------- every node at the end

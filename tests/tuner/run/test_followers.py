@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 from launchers import gpu, process
-from launchers.base import LaunchPlan
+from launchers.base import LaunchPlan, TrialContext
 from launchers.failures import TrialFailed
+from launchers.multinode import MEETING_PORTS
+from launchers.ports import PortLease
 from tests.tuner.run.test_multinode import SPACE, LocalNodes, leftovers, run, trial
 from tuner.run.lifecycle import Limits
 from tuner.run.multinode import FOLLOWER_WAIT_S, NODES_FILE
@@ -81,6 +83,83 @@ def test_a_follower_port_busy_on_its_node_fails_the_trial_before_launch(tmp_path
     assert failure.details["node_rank"] == 1
     assert not nodes.servers and not (ctx.trial_dir / NODES_FILE).exists()  # nothing started
     assert not leftovers(ctx)
+
+
+def _meeting_port(ctx: TrialContext, offset: int = 0) -> int:
+    assert ctx.dist_init_addr is not None
+    return int(ctx.dist_init_addr.rpartition(":")[2]) + offset
+
+
+def test_a_follower_s_busy_meeting_neighbour_fails_the_trial_before_launch(tmp_path: Path
+                                                                           ) -> None:
+    """SGLang (DP attention) checks the dist-init port and the six after it on every node:
+    one of them bound on node 1 (taken after node 0 checked its own) is port_busy there."""
+    nodes = LocalNodes(2)
+    ctx, workload, reports = trial(tmp_path, nodes)
+    neighbour = _meeting_port(ctx, 3)
+    describe = nodes.describe
+    with socket.socket() as taken:
+
+        def taking() -> list[dict[str, Any]]:
+            taken.bind((process.LOCALHOST, neighbour))
+            taken.listen()
+            return describe()
+
+        nodes.describe = taking  # type: ignore[method-assign]
+        with pytest.raises(TrialFailed) as failed:
+            run(ctx, workload, reports, rounds=2)
+    failure = failed.value.failure
+    assert failure.kind.value == "port_busy", failure
+    assert failure.message.startswith(f"node 1 (local1): port(s) {neighbour} reserved by "
+                                      "another trial or in use here"), failure.message
+    assert not nodes.servers and not (ctx.trial_dir / NODES_FILE).exists()
+    assert not leftovers(ctx)
+
+
+def test_another_trial_s_reservation_on_a_follower_s_host_is_port_busy(tmp_path: Path
+                                                                        ) -> None:
+    nodes = LocalNodes(2)
+    ctx, workload, reports = trial(tmp_path, nodes)
+    with PortLease("another experiment/t9") as other:
+        assert other.take([_meeting_port(ctx, 1)]) == []
+        with pytest.raises(TrialFailed) as failed:
+            run(ctx, workload, reports, rounds=2)
+    assert failed.value.failure.kind.value == "port_busy"
+    assert f"port(s) {_meeting_port(ctx, 1)} " in failed.value.failure.message
+    assert not nodes.servers and not leftovers(ctx)
+
+
+def test_node_0_s_busy_meeting_port_fails_the_trial_before_any_node_starts(tmp_path: Path
+                                                                           ) -> None:
+    nodes = LocalNodes(2)
+    ctx, workload, reports = trial(tmp_path, nodes)
+    with socket.socket() as taken:
+        taken.bind((process.LOCALHOST, _meeting_port(ctx)))
+        taken.listen()
+        with pytest.raises(TrialFailed) as failed:
+            run(ctx, workload, reports, rounds=2)
+    failure = failed.value.failure
+    assert failure.kind.value == "port_busy" and failure.details["node_rank"] == 0
+    assert failure.message.startswith(f"node 0 (Ray node local0, {process.LOCALHOST}): "
+                                      f"port(s) {_meeting_port(ctx)} already in use")
+    assert not nodes.servers and not leftovers(ctx)
+
+
+def test_the_trial_s_own_reservation_is_shared_by_its_nodes_on_one_host(tmp_path: Path
+                                                                         ) -> None:
+    """Node 0 holds the block (as ``across_nodes`` does); its follower on the same machine
+    (the simulated cluster's case) takes it as the trial's own, and lets its share go at the
+    stop."""
+    nodes = LocalNodes(2)
+    ctx, workload, reports = trial(tmp_path, nodes)
+    block = [_meeting_port(ctx, k) for k in range(MEETING_PORTS)]
+    with PortLease(ctx.marker) as own:
+        assert own.take(block) == []
+        record = run(ctx, workload, reports, rounds=1)
+        assert record.status == "ok", record.failure
+        assert PortLease("another trial").take(block[:1]) == block[:1]  # still node 0's
+    assert nodes.nodes[1].lease is None
+    assert PortLease("another trial").take(block) == []
 
 
 def test_a_follower_waits_for_its_gpus_before_the_launch(tmp_path: Path,

@@ -16,6 +16,8 @@ import pytest
 from launchers import process
 from launchers.base import LaunchPlan, TrialContext
 from launchers.failures import TrialFailed, follower_placement
+from launchers.multinode import MEETING_PORTS
+from launchers.ports import reserve_block
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
 from search_spaces.space import load_preset
@@ -93,14 +95,20 @@ class LocalNodes:
         return problems
 
 
+def meeting_addr() -> str:
+    """Node 0's meeting address as a trial picks it (``across_nodes``): a block of ports
+    outside the ephemeral range, let go at once here (node 0 and each follower check it)."""
+    with reserve_block(f"test-{uuid.uuid4().hex[:6]}", MEETING_PORTS) as lease:
+        return f"{process.LOCALHOST}:{lease.ports[0]}"
+
+
 def trial(tmp_path: Path, nodes: LocalNodes, **switches: str
           ) -> tuple[TrialContext, MultiNodeWorkload, list[dict[str, Any]]]:
     extra = [w for k, v in switches.items() for w in (f"--fake-{k}", v)]
     args = SGLangArgs(model=str(tmp_path), server_cmd=[*STAND_IN, *FAST, *extra],
                       output_len=48, requests_per_round=2, preflight=False, nccl_debug=False)
     ctx = TrialContext(f"mn-{uuid.uuid4().hex[:6]}", "t1", tmp_path / "t1", ("0",),
-                       process.free_port(), 0, nodes.count,
-                       f"{process.LOCALHOST}:{process.free_port()}")
+                       process.free_port(), 0, nodes.count, meeting_addr())
     return ctx, MultiNodeWorkload(args.build(), nodes, Here("local0", process.LOCALHOST)), []
 
 
@@ -191,7 +199,7 @@ def test_the_proxy_spreads_its_ranks_over_two_nodes_on_gloo(tmp_path: Path) -> N
     nodes = LocalNodes(2)
     args = ProxyArgs(device="cpu", model="tiny", iters_per_round=2, ready_timeout=60)
     ctx = TrialContext(f"mn-{uuid.uuid4().hex[:6]}", "t1", tmp_path / "t1", (), None, 0, 2,
-                       f"{process.LOCALHOST}:{process.free_port()}")
+                       meeting_addr())
     workload = MultiNodeWorkload(args.build(), nodes, Here("local0", process.LOCALHOST))
     space = load_preset("nccl-multinode")
     reports: list[dict[str, Any]] = []
