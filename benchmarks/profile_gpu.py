@@ -25,9 +25,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks._common import gpu_ids
+
+if TYPE_CHECKING:
+    from tuner.record.profile import ProfileRecord
 
 MAX_FIXTURE_BYTES = 200_000
 
@@ -89,7 +92,7 @@ def capture(args: argparse.Namespace, experiment: str) -> dict[str, Any]:
     return meta
 
 
-def end_to_end(args: argparse.Namespace, experiment: str) -> dict[str, Any]:
+def end_to_end(args: argparse.Namespace, experiment: str) -> ProfileRecord:
     """tuner.run.profile's path for the baseline and one NCCL config, as `servetune profile`."""
     from launchers.proxy.launcher import ProxyArgs, ProxyWorkload
     from search_spaces.knobs import CATALOGUE

@@ -271,7 +271,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             raise CliError(f"{target.label}: {problems[0]}")
     with hold(setup.out_dir):  # it launches servers: not while a run drives the folder
         doc = profile.profile_experiment(setup, targets, steps=args.steps)
-    return 0 if any(e["status"] == "ok" for e in doc["entries"]) else 1
+    return 0 if any(e.ok for e in doc.entries) else 1
 
 
 def cmd_spaces(args: argparse.Namespace) -> int:

@@ -16,8 +16,7 @@ def read(folder: Folder) -> Counter[str]:
     """How many suggestions each set of partners completed (``--a=1, --b=2`` -> count)."""
     found: Counter[str] = Counter()
     for entry in loaded(folder).completed:
-        partners = entry.get("partners") or {}
-        found[", ".join(f"{n}={v}" for n, v in sorted(partners.items()))] += 1
+        found[", ".join(f"{n}={v}" for n, v in sorted(entry.partners.items()))] += 1
     return found
 
 

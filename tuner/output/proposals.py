@@ -6,9 +6,7 @@ kept), invalid under the space's rules, or ruled out by the failure memory."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from search_spaces.knobs import without_weights
 from tuner.record.experiment import Folder, loaded
@@ -49,21 +47,19 @@ def read(folder: Folder) -> NotLaunched:
     exp = loaded(folder)
     launched = exp.settings()
     for entry in exp.rejected:
-        if "repeat_of" in entry:
-            first = launched.get(str(entry["repeat_of"]))
-            config: Mapping[str, Any] = without_weights(entry.get("config") or {})
-            if first is not None and first == config:
+        if entry.repeat:
+            first = launched.get(str(entry.repeat_of))
+            if first is not None and first == without_weights(entry.config):
                 out.repeats += 1
             else:
                 out.twins += 1
             continue
-        reasons = [str(r) for r in entry.get("invalid") or []]
-        sglang = [r for r in reasons if "SGLang" in r]
+        sglang = [r for r in entry.invalid if "SGLang" in r]
         if sglang:
             out.refused[" ".join(sglang[0].split())] += 1
-        elif reasons:
+        elif entry.invalid:
             out.invalid += 1
-        elif entry.get("ruled_out"):
+        elif entry.ruled_out:
             out.ruled_out += 1
     return out
 

@@ -33,7 +33,9 @@ from tuner.record.files import (
 )
 from tuner.record.info import (
     BestRecord,
+    Completed,
     Entry,
+    Rejected,
     RunInfo,
     StageRecord,
     read_entries,
@@ -58,8 +60,8 @@ class Experiment:
     best: BestRecord | None = None
     ruled_out: tuple[Entry, ...] = ()
     suspects: tuple[Entry, ...] = ()
-    rejected: tuple[Entry, ...] = ()
-    completed: tuple[Entry, ...] = ()
+    rejected: tuple[Rejected, ...] = ()
+    completed: tuple[Completed, ...] = ()
     broken: dict[str, Any] | None = None  # broken_environment.json
     _tables: dict[str, tuple[ResultRow, ...]] = field(default_factory=dict, repr=False,
                                                        compare=False)
@@ -74,8 +76,10 @@ class Experiment:
                    read_record(folder / CONFIRM_JSON, ConfirmRecord),
                    read_record(folder / RUN_JSON, RunInfo), read_stages(folder / STAGES_JSON),
                    read_record(folder / BEST_JSON, BestRecord),
-                   read_entries(folder / RULED_OUT_JSON), read_entries(folder / SUSPECTS_JSON),
-                   read_entries(folder / REJECTED), read_entries(folder / COMPLETED),
+                   read_entries(folder / RULED_OUT_JSON, Entry),
+                   read_entries(folder / SUSPECTS_JSON, Entry),
+                   read_entries(folder / REJECTED, Rejected),
+                   read_entries(folder / COMPLETED, Completed),
                    broken if isinstance(broken, dict) else None)
 
     @classmethod

@@ -24,7 +24,10 @@ SUSPECTS_JSON = "suspects.json"  # failed, not ruled out
 COMPLETED = "completed.jsonl"  # suggestions completed with the baseline's partners
 TRIAL_JSON = "trial.json"  # a trial's own record (launchers.base.TrialRecord)
 EFFECTIVE_JSON = "effective.json"  # what NCCL ran in a trial
-PROFILE_JSON = "profile.json"
+PROFILE_DIR = "profile"  # servetune profile's outputs
+PROFILE_JSON = "profile.json"  # in PROFILE_DIR: every configuration profiled
+PROFILE_ENTRY_JSON = "entry.json"  # in PROFILE_DIR/<label>: one configuration's
+FAILURE_JSON = "failure.json"  # a failed trial's failure, in its folder
 
 
 def _plain(value: Any) -> Any:

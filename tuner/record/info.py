@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import Field, TypeAdapter, ValidationError
 
 from tuner.record.base import Frozen, Record
-from tuner.record.files import read_journal, read_json, write_json
+from tuner.record.files import append_jsonl, read_journal, read_json, write_json
 
 
 class RunInfo(Record):
@@ -67,6 +67,31 @@ class Entry(Frozen):
     kept as written."""
 
 
+class Rejected(Entry):
+    """A line of rejected.jsonl: a suggestion the searchers' filter never launched, and why
+    (the space's rules or the workload's checks, the failure memory, or an earlier trial that
+    answers it: ``repeat_of``)."""
+
+    config: dict[str, Any] = Field(default_factory=dict)
+    invalid: list[str] = Field(default_factory=list)
+    ruled_out: list[Any] = Field(default_factory=list)
+    repeat_of: str | None = None
+
+    @property
+    def repeat(self) -> bool:
+        """Answered by an earlier trial (its id may be unknown: None)."""
+        return "repeat_of" in self.model_fields_set
+
+
+class Completed(Entry):
+    """A line of completed.jsonl: a suggestion the workload's checks refused alone, run with
+    its partners set as the workload resolved them for the baseline."""
+
+    config: dict[str, Any] = Field(default_factory=dict)
+    partners: dict[str, Any] = Field(default_factory=dict)
+    refused: list[str] = Field(default_factory=list)
+
+
 R = TypeVar("R", bound=Record)
 
 
@@ -96,14 +121,34 @@ def read_stages(path: Path) -> tuple[StageRecord, ...]:
         return ()
 
 
-def read_entries(path: Path) -> tuple[Entry, ...]:
-    """A JSON list or a JSON-lines file, item by item (what is no object is skipped)."""
+def write_stages(path: Path, stages: list[StageRecord]) -> None:
+    write_json(path, [s.dump() for s in stages])
+
+
+E = TypeVar("E", bound=Entry)
+
+
+def read_entries(path: Path, model: type[E]) -> tuple[E, ...]:
+    """A JSON list or a JSON-lines file, item by item, as ``model`` (what is no object, or
+    not that entry, is skipped)."""
     if path.suffix == ".jsonl":
         items: Any = read_journal(path)
     else:
         items = read_json(path) or []
-    return tuple(Entry.model_validate(i) for i in items if isinstance(i, dict)) \
-        if isinstance(items, list) else ()
+    if not isinstance(items, list):
+        return ()
+    out = []
+    for item in items:
+        try:
+            out.append(model.model_validate(item))
+        except ValidationError:
+            continue
+    return tuple(out)
+
+
+def append_entry(path: Path, entry: Entry) -> None:
+    """One more line of a JSON-lines list file (rejected.jsonl, completed.jsonl), flushed."""
+    append_jsonl(path, entry.dump())
 
 
 def write_entries(path: Path, entries: list[dict[str, Any]]) -> None:

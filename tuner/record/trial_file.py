@@ -1,13 +1,17 @@
-"""A trial's own record, DIR/<trial id>/trial.json (written by the trial as it runs:
-``launchers.base.TrialRecord``), read and brought in line with the journal."""
+"""A trial's own files in DIR/<trial id>/: trial.json (written by the trial as it runs:
+``launchers.base.TrialRecord``), read and brought in line with the journal; effective.json
+(what NCCL ran, from its own log) and failure.json (how a failed trial failed), written by
+``tuner.run.trial``; nodes.json (a trial across nodes), read."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuner.record.files import EFFECTIVE_JSON, TRIAL_JSON
+from tuner.record.events import FailureInfo
+from tuner.record.files import EFFECTIVE_JSON, FAILURE_JSON, TRIAL_JSON, write_json
 
 ENDED = ("ok", "stopped", "failed")
 
@@ -44,6 +48,16 @@ def read_effective(folder: Path) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def write_effective(folder: Path, effective: Mapping[str, Any]) -> None:
+    """The trial's effective.json (the workload's reading of NCCL's log, kept as it gave it)."""
+    write_json(folder / EFFECTIVE_JSON, dict(effective))
+
+
+def write_failure(folder: Path, failure: FailureInfo | Mapping[str, Any]) -> None:
+    """The trial's failure.json (``launchers.failures.Failure.to_json``)."""
+    write_json(folder / FAILURE_JSON, FailureInfo.model_validate(failure).dump())
 
 
 def read_nodes(path: Path) -> list[Any]:

@@ -12,7 +12,6 @@ breakdown.png. ``servetune run --profile`` calls ``after_run`` at the end of a r
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -24,9 +23,10 @@ from launchers import gpu, process, trace
 from launchers.base import TrialContext, Workload
 from launchers.failures import TrialFailed
 from search_spaces.knobs import Value, without_weights
-from tuner.output.profile_report import PLOT_PNG, PROFILE_DIR, PROFILE_JSON, TABLE_TXT, plot, table_lines
-from tuner.record.files import BEST_JSON, RESULTS_CSV, RUN_JSON
+from tuner.output.profile_report import PLOT_PNG, TABLE_TXT, plot, table_lines
+from tuner.record.files import BEST_JSON, PROFILE_JSON, RESULTS_CSV, RUN_JSON
 from tuner.record.info import BestRecord, read_record
+from tuner.record.profile import ProfileEntry, ProfileRecord, profile_dir, write_entry, write_profile
 from tuner.record.rows import read_csv
 from tuner.run.lifecycle import Launch, Limits
 from tuner.setup import Print, Setup
@@ -69,14 +69,14 @@ def _resolve_port(port: int | None) -> int | None:
 
 
 def profile_config(workload: Workload, target: Target, where: Where, steps: int,
-                   echo: Print) -> dict[str, Any]:
+                   echo: Print) -> ProfileEntry:
     """Launch ``target`` once, measure one round, profile ``steps`` steps, stop; the entry
     for profile.json. A failure is recorded in the entry, not raised."""
-    folder = where.out_dir / PROFILE_DIR / target.label
+    folder = profile_dir(where.out_dir) / target.label
     folder.mkdir(parents=True, exist_ok=True)
-    entry: dict[str, Any] = {"label": target.label, "trial_id": target.trial_id,
-                             "config": dict(target.config), "status": "failed",
-                             "failure": None, "notes": [], "measured": {}, "traces": []}
+    found: dict[str, Any] = {}  # what the launch and the traces gave
+    failure: dict[str, Any] | None = None
+    notes: list[str] = []
     ctx = TrialContext(where.experiment, f"profile-{target.label}", folder.absolute(),
                        where.gpu_ids, _resolve_port(where.port), where.seed)
     echo(f"profile {target.label}: starting ({', '.join(_changed(target.config)) or 'no overrides'})")
@@ -85,46 +85,47 @@ def profile_config(workload: Workload, target: Target, where: Where, steps: int,
         with launch as running:
             measured = running.measure(0)
             files = running.profile(steps)
-        entry["measured"] = {k: measured[k] for k in MEASURED if k in measured}
+        found["measured"] = {k: measured[k] for k in MEASURED if k in measured}
         result = trace.read(files, workload.step_spans)
-        entry["traces"] = [os.path.relpath(f, where.out_dir) for f in files]
-        entry["device"] = result.device
-        entry["skipped_steps"] = result.skipped_steps
-        entry["breakdown"] = result.to_json()["summaries"]
-        main = result.main("verify")
-        entry["verify"] = main.to_json() if main is not None else None
-        entry["sentence"] = main.sentence() if main is not None else None
-        draft = result.main("draft")
-        entry["draft"] = draft.to_json() if draft is not None else None
+        main, draft = result.main("verify"), result.main("draft")
         compute = result.main("compute_only")  # the proxy: the pass with its collectives no-ops
+        found.update(
+            traces=[os.path.relpath(f, where.out_dir) for f in files], device=result.device,
+            skipped_steps=result.skipped_steps, breakdown=result.to_json()["summaries"],
+            verify=main.to_json() if main is not None else None,
+            sentence=main.sentence() if main is not None else None,
+            draft=draft.to_json() if draft is not None else None)
         if main is not None and compute is not None:
-            entry["profiled_exposed_ms"] = main.step_ms - compute.step_ms
+            found["profiled_exposed_ms"] = main.step_ms - compute.step_ms
         if main is None:
-            entry["failure"] = {"kind": "no_verify_steps", "message": "no verify step with "
-                                f"work in the traces ({result.skipped_steps} spans without: "
-                                "were the kernels traced?)"}
+            failure = {"kind": "no_verify_steps", "message": "no verify step with "
+                       f"work in the traces ({result.skipped_steps} spans without: "
+                       "were the kernels traced?)"}
         else:
-            entry["status"] = "ok"
+            found["status"] = "ok"
         if measured.get("scaled"):
-            entry["notes"].append("the proxy ran a subset of the layers: the profile covers "
-                                  "the layers run, verify_ms is scaled to the whole model")
+            notes.append("the proxy ran a subset of the layers: the profile covers "
+                         "the layers run, verify_ms is scaled to the whole model")
     except TrialFailed as err:
-        entry["failure"] = err.failure.to_json()
+        failure = err.failure.to_json()
     except NotImplementedError as err:
-        entry["failure"] = {"kind": "not_supported", "message": str(err)}
+        failure = {"kind": "not_supported", "message": str(err)}
     except trace.TraceError as err:
-        entry["failure"] = {"kind": "unreadable_trace", "message": str(err)}
+        failure = {"kind": "unreadable_trace", "message": str(err)}
     finally:
         launch.teardown()
-        entry["notes"] = [*(launch.plan.notes if launch.plan else ()), *launch.warnings,
-                          *entry["notes"]]
-    (folder / "entry.json").write_text(json.dumps(entry, indent=1, default=str))
-    if entry["status"] == "ok":
-        echo(f"profile {target.label}: {entry['sentence']}")
+        notes = [*(launch.plan.notes if launch.plan else ()), *launch.warnings, *notes]
+    entry = ProfileEntry(label=target.label, trial_id=target.trial_id, config=dict(target.config),
+                         status=found.pop("status", "failed"), failure=failure, notes=notes,
+                         **found)
+    write_entry(folder, entry)
+    if entry.status == "ok":
+        echo(f"profile {target.label}: {entry.sentence}")
     else:
-        failure = entry["failure"] or {}
-        echo(f"profile {target.label}: failed ({failure.get('kind')}: "
-             f"{str(failure.get('message', '')).splitlines()[0] if failure.get('message') else ''})")
+        kind, message = (entry.failure.kind, entry.failure.message) if entry.failure \
+            else (None, "")
+        echo(f"profile {target.label}: failed ({kind}: "
+             f"{message.splitlines()[0] if message else ''})")
     return entry
 
 
@@ -136,31 +137,31 @@ def _changed(config: Mapping[str, Value]) -> list[str]:
 
 
 def profile_configs(workload: Workload, targets: Sequence[Target], where: Where, *,
-                    steps: int = DEFAULT_STEPS, echo: Print = print) -> dict[str, Any]:
+                    steps: int = DEFAULT_STEPS, echo: Print = print) -> ProfileRecord:
     """Profile each target in turn; write profile.json, breakdown.txt and breakdown.png."""
     reaped = process.reap(f"{where.experiment}/profile-")  # a killed earlier profile's
     if reaped:
         echo(f"reaped {len(reaped)} leftover processes of an earlier profile")
     entries = [profile_config(workload, t, where, steps, echo) for t in targets]
-    doc: dict[str, Any] = {
-        "version": 1, "workload": workload.kind, "steps": steps,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu_ids": list(where.gpu_ids), "notes": list(where.notes), "entries": entries}
-    folder = where.out_dir / PROFILE_DIR
-    doc["table"] = table_lines(doc)
+    doc = ProfileRecord(
+        version=1, workload=workload.kind, steps=steps,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        gpu_ids=list(where.gpu_ids), notes=list(where.notes), entries=entries)
+    folder = profile_dir(where.out_dir)
+    table = table_lines(doc)
+    notes = list(doc.notes)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / TABLE_TXT).write_text("\n".join(doc["table"]) + "\n")
+    (folder / TABLE_TXT).write_text("\n".join(table) + "\n")
     try:
-        doc["plot"] = PLOT_PNG if plot(doc, folder / PLOT_PNG) else None
+        drawn = PLOT_PNG if plot(doc, folder / PLOT_PNG) else None
     except Exception as err:  # matplotlib missing or failing must not lose the numbers
         log.warning("breakdown.png: %r", err)
-        doc["plot"] = None
-        doc["notes"].append(f"no plot: {err!r}")
-    tmp = folder / (PROFILE_JSON + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    tmp.replace(folder / PROFILE_JSON)
+        drawn = None
+        notes.append(f"no plot: {err!r}")
+    doc = doc.model_copy(update={"table": table, "plot": drawn, "notes": notes})
+    write_profile(where.out_dir, doc)
     echo("")
-    for line in doc["table"]:
+    for line in table:
         echo(line)
     echo(f"profile: {folder / PROFILE_JSON}")
     return doc
@@ -215,7 +216,7 @@ def gpu_ids_for(setup: Setup) -> tuple[str, ...]:
 
 
 def profile_experiment(setup: Setup, targets: Sequence[Target] | None = None, *,
-                       steps: int = DEFAULT_STEPS, echo: Print = print) -> dict[str, Any]:
+                       steps: int = DEFAULT_STEPS, echo: Print = print) -> ProfileRecord:
     """Profile ``targets`` (default: the baseline and the chosen config) of an experiment."""
     spec = setup.spec
     targets = list(targets) if targets is not None else experiment_targets(setup)

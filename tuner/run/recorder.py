@@ -36,9 +36,10 @@ from tuner.spec import Objective
 
 log = logging.getLogger(__name__)
 
-# Keys Ray adds to every result; the journal keeps only what servetune measured.
+# Keys Ray adds to every result; the journal keeps only what servetune measured (Ray's trial
+# id too, which the event carries as its own: ``ResultEvent.of`` leaves it out of the metrics).
 RAY_KEYS = frozenset({
-    "timestamp", "checkpoint_dir_name", "done", "training_iteration", "trial_id", "date",
+    "timestamp", "checkpoint_dir_name", "done", "training_iteration", "date",
     "time_this_iter_s", "time_total_s", "time_since_restore", "iterations_since_restore",
     "config", "experiment_tag", "should_checkpoint", "node_ip",
 })

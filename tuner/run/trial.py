@@ -6,7 +6,6 @@ its own; ``tuner.run.trainable`` adapts it to Ray Tune.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,14 +18,14 @@ from launchers.base import Metrics, TrialContext, TrialRecord, Workload
 from launchers.failures import Failure, FailureKind, TrialFailed
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
-from tuner.record.trial_file import read_trial
+from tuner.record.files import FAILURE_JSON
+from tuner.record.trial_file import read_trial, write_effective, write_failure
 from tuner.run.lifecycle import Launch, Limits
 
 log = logging.getLogger(__name__)
 
 Report = Callable[[dict[str, Any]], None]
-FAILURE_FILE = "failure.json"
-EFFECTIVE_FILE = "effective.json"
+FAILURE_FILE = FAILURE_JSON  # the name as the modules that import it from here knew it
 
 
 def _numeric_only(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,8 +75,7 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
                 metrics: Metrics = running.measure(index)
                 if index == 0:
                     record.effective = running.effective()
-                    (folder / EFFECTIVE_FILE).write_text(
-                        json.dumps(record.effective, indent=1, default=str))
+                    write_effective(folder, record.effective)
                     record.warnings += record.effective.get("warnings", [])
                 record.rounds.append(metrics)
                 record.timings.update(launch.timings, bench_s=time.monotonic() - t_bench)
@@ -100,7 +98,7 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
             raise
         record.status = "failed"
         record.failure = err.failure.to_json()
-        (folder / FAILURE_FILE).write_text(json.dumps(record.failure, indent=1))
+        write_failure(folder, record.failure)
         raise
     except BaseException as err:  # a stop from Ray (SystemExit) or an unexpected error
         if record.status == "ok":  # stopped with the last round's report: nothing was cut
@@ -109,7 +107,7 @@ def run_trial(config: Mapping[str, Value], *, space: SearchSpace, workload: Work
         if record.status == "error":
             failure = Failure(FailureKind.CRASHED, f"servetune error: {err!r}")
             record.failure = failure.to_json()
-            (folder / FAILURE_FILE).write_text(json.dumps(record.failure, indent=1))
+            write_failure(folder, record.failure)
         raise
     finally:
         launch.teardown()  # already done on every path through ``with``; here for the rest

@@ -15,8 +15,8 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from search_spaces.space import SearchSpace
-from tuner.output.files import REJECTED, STAGES_JSON, append_jsonl
-from tuner.output.partners import COMPLETED
+from tuner.record.files import COMPLETED, REJECTED, STAGES_JSON
+from tuner.record.info import Completed, Entry, Rejected, append_entry
 from tuner.search.auto import AutoSearcher
 from tuner.search.budget import estimate, sized_budget
 from tuner.search.filtering import FilteringSearcher
@@ -83,14 +83,15 @@ class _StageInner:
 
 
 class _JsonlLog:
-    """Appends each entry to a JSON-lines file of the experiment's (picklable, unlike a
-    closure): rejected.jsonl, completed.jsonl."""
+    """Appends each entry, as its record, to a JSON-lines file of the experiment's
+    (picklable, unlike a closure): rejected.jsonl, completed.jsonl."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, model: type[Entry]) -> None:
         self.path = path
+        self.model = model
 
     def __call__(self, entry: dict[str, Any]) -> None:
-        append_jsonl(self.path, entry)
+        append_entry(self.path, self.model.model_validate(entry))
 
 
 @dataclass
@@ -143,7 +144,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     if sized and not points:
         took = estimate(samples, objective.rounds, workload, nodes)
         notes.append(sized + (f"; {took}" if took else "") + "; --samples N sets it")
-    rejects = _JsonlLog(out_dir / REJECTED) if out_dir is not None else None
+    rejects = _JsonlLog(out_dir / REJECTED, Rejected) if out_dir is not None else None
     staged = None
     if points:
         baseline = space.baseline()
@@ -179,7 +180,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
                                   on_reject=rejects, identity=identity, refusal=refusal,
                                   resolved=resolved, budget=samples,
-                                  on_complete=_JsonlLog(out_dir / COMPLETED)
+                                  on_complete=_JsonlLog(out_dir / COMPLETED, Completed)
                                   if out_dir is not None else None)
     limited = ConcurrencyLimiter(filtering, max_concurrent=max_concurrent)
     return SearchStack(limited, filtering, staged, samples, notes)

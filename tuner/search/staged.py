@@ -24,13 +24,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from ray.tune.search import Searcher
 
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, Stage
-from tuner.output.files import write_json
+from tuner.record.info import StageRecord, write_stages
 from tuner.search.base import OwnSpaceSearcher
 from tuner.search.keys import Config, config_key
 
@@ -80,7 +79,7 @@ class StagedSearcher(OwnSpaceSearcher):
         self.rounds_of: dict[str, set[int]] = {}  # the rounds ``values`` holds, per trial
         self.winners: Config = space.baseline()
         self.winner_trial: str | None = None
-        self.history: list[dict[str, Any]] = []
+        self.history: list[StageRecord] = []
 
     _transient = ("make_inner",)
 
@@ -248,11 +247,12 @@ class StagedSearcher(OwnSpaceSearcher):
             self.winner_trial, self.winners = best, winners
         if self.stage_index >= 0:
             self.ended[self.stage_index] = self.clock
-        self.history.append({"stage": stage, "pass": self.passes, "winner": self.winner_trial,
-                             "config": dict(self.winners), **(
-                                 {"pins": self._pins(stage)} if self._pins(stage) else {})})
+        pins = self._pins(stage)
+        self.history.append(StageRecord(stage=stage, pass_=self.passes, winner=self.winner_trial,
+                                        config=dict(self.winners), **(
+                                            {"pins": pins} if pins else {})))
         if self.history_file is not None:
-            write_json(self.history_file, self.history)
+            write_stages(self.history_file, self.history)
 
     def not_launched(self, trial_id: str) -> None:
         """The wrapping filter answered or refused this suggestion (a repeat, a value ruled

@@ -1,0 +1,86 @@
+"""The files the searchers and the trials write, as typed records: rejected.jsonl and
+completed.jsonl (an entry written reads back equal, a line that is no entry is skipped),
+stages.json, a trial's failure.json and effective.json, and the profile's entry.json and
+profile.json (its short form for reports)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tuner.record.experiment import Experiment
+from tuner.record.files import COMPLETED, FAILURE_JSON, PROFILE_DIR, REJECTED, STAGES_JSON
+from tuner.record.info import (
+    Completed,
+    Rejected,
+    StageRecord,
+    append_entry,
+    read_entries,
+    read_stages,
+    write_stages,
+)
+from tuner.record.profile import (
+    ProfileEntry,
+    ProfileRecord,
+    SummaryEntry,
+    read_profile,
+    write_entry,
+    write_profile,
+)
+from tuner.record.trial_file import read_effective, write_effective, write_failure
+
+
+def test_rejected_and_completed_round_trip(tmp_path: Path) -> None:
+    repeat = Rejected(config={"NCCL_PROTO": "LL"}, repeat_of="1e5")
+    invalid = Rejected(config={"NCCL_PROTO": "LL"}, invalid=["SGLang refuses it"])
+    for entry in (repeat, invalid):
+        append_entry(tmp_path / REJECTED, entry)
+    with open(tmp_path / REJECTED, "a") as f:
+        f.write('{"invalid": "not a list"}\n[1]\n')
+    append_entry(tmp_path / COMPLETED, Completed(config={"a": 1}, partners={"b": 2}))
+    exp = Experiment.load(tmp_path)
+    assert exp.rejected == (repeat, invalid)
+    assert exp.rejected[0].repeat and exp.rejected[0].repeat_of == "1e5"
+    assert not exp.rejected[1].repeat
+    assert read_entries(tmp_path / COMPLETED, Completed)[0].partners == {"b": 2}
+
+
+def test_stages_round_trip(tmp_path: Path) -> None:
+    stages = [StageRecord(stage="baseline", pass_=1, winner="t0", config={}),
+              StageRecord(stage="nccl", pass_=1, winner="t3", config={"a": 1}, pins={"w": 0})]
+    write_stages(tmp_path / STAGES_JSON, stages)
+    data = json.loads((tmp_path / STAGES_JSON).read_text())
+    assert data[0]["pass"] == 1 and "pins" not in data[0] and data[1]["pins"] == {"w": 0}
+    assert read_stages(tmp_path / STAGES_JSON) == tuple(stages)
+
+
+def test_failure_and_effective(tmp_path: Path) -> None:
+    write_failure(tmp_path, {"kind": "oom", "message": "out of memory", "returncode": 1,
+                             "log_tail": "", "hint": "", "details": {}})
+    assert json.loads((tmp_path / FAILURE_JSON).read_text())["kind"] == "oom"
+    write_effective(tmp_path, {"NCCL_PROTO": "LL", "warnings": []})
+    assert read_effective(tmp_path) == {"NCCL_PROTO": "LL", "warnings": []}
+
+
+def test_profile_round_trips(tmp_path: Path) -> None:
+    verify = {"kind": "verify", "batch_size": None, "steps": 2, "ranks": 2, "step_ms": 3.0,
+              "split_ms": {"collective": 1.0, "custom_allreduce": 0.0, "compute": 1.5,
+                           "memcpy": 0.25, "gap": 0.25},
+              "kernel_ms": {}, "communication_ms": 1.0, "compute_ms": 1.5, "other_ms": 0.5,
+              "sentence": "verify 3.00 ms", "top_kernels": []}
+    ok = ProfileEntry(label="baseline", trial_id="52e91234", status="ok", verify=verify,
+                      sentence="verify 3.00 ms", measured={"verify_ms": 2.9}, device="cpu")
+    failed = ProfileEntry(label="best", failure={"kind": "oom", "message": "no memory"})
+    write_entry(tmp_path, ok)
+    assert json.loads((tmp_path / "entry.json").read_text())["verify"]["kernel_ms"] == {}
+    write_profile(tmp_path, ProfileRecord(workload="proxy", steps=2, entries=[ok, failed]))
+    assert (tmp_path / PROFILE_DIR / "profile.json").is_file()
+    doc = read_profile(tmp_path)
+    assert doc is not None and doc.entries == [ok, failed] and doc.on_cpu
+    assert ok.name == "baseline (52e91234)" and failed.name == "best"
+    short = SummaryEntry.of(ok)
+    assert (short.trial_id, short.step_ms, short.collective_ms, short.measured_verify_ms) == \
+        ("52e91234", 3.0, 1.0, 2.9)
+    short = SummaryEntry.of(failed)
+    assert (short.failure_kind, short.failure, short.step_ms) == ("oom", "no memory", None)
+    assert read_profile(tmp_path / "none") is None
