@@ -23,11 +23,11 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-SCHEDULER_EXCEPTION = "Scheduler hit an exception:"
+from launchers.sglang.release.logs import ARGUMENT_CODE as _ARGUMENT_CODE
+from launchers.sglang.release.logs import LINE_START as _LOG_LINE
+from launchers.sglang.release.logs import SCHEDULER_EXCEPTION
+
 TRACEBACK = "Traceback (most recent call last):"
-# SGLang's watchdog when a scheduler process exits (utils/watchdog.py)
-SUBPROCESS_EXIT = re.compile(r"Subprocess \S+ \(pid=\d+\) crashed with exit code (-?\d+)")
-_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 _EXCEPTION_LINE = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Exit|Interrupt|Failure))"
     r"(?::\s?(.*))?$")
@@ -35,9 +35,6 @@ _CHAINING = ("During handling of the above exception", "The above exception was 
 _FRAME = re.compile(r'^\s+File "([^"]+)", line (\d+), in (\S+)')
 _WEIGHTS = re.compile(r"Cannot find any model weights|does not appear to have a file named "
                       r"\S*\.(?:safetensors|bin|pt)\b|no file named \S*(?:safetensors|\.bin)")
-# Where SGLang checks its own arguments (0.5.16: server_args.py __post_init__; 0.5.23 also
-# arg_groups/*_hook.py through resolve_once)
-_ARGUMENT_CODE = re.compile(r"/sglang/srt/(?:server_args\.py|arg_groups/)")
 
 
 @dataclass(frozen=True)

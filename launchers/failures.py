@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from launchers import exceptions
+from launchers.sglang.release.logs import SUBPROCESS_EXIT
 
 
 class FailureKind(str, Enum):
@@ -110,7 +111,7 @@ def _from_exception(error: exceptions.LoggedException) -> FailureKind:
 def hint(kind: FailureKind, log_text: str, returncode: int | None) -> str:
     """A short, actionable explanation where the text allows one."""
     if kind is FailureKind.SCHEDULER_DIED:
-        match = _SCHEDULER_EXIT.search(log_text) or exceptions.SUBPROCESS_EXIT.search(log_text)
+        match = _SCHEDULER_EXIT.search(log_text) or SUBPROCESS_EXIT.search(log_text)
         if match and int(match.group(1)) == -9 and exceptions.logged_exception(log_text) is None:
             # SGLang kills its own tree with SIGKILL after any failure: only a scheduler
             # that was SIGKILLed with no exception logged points at the host

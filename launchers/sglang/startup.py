@@ -29,6 +29,9 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
+from launchers.sglang.release.logs import LINE as _LINE
+from launchers.sglang.release.logs import READY as _READY
+
 STARTUP_KEYS = ("startup_imported_at_s", "startup_scheduler_at_s", "startup_load_begin_at_s",
                 "startup_weights_at_s", "startup_graphs_at_s", "startup_ready_at_s",
                 "startup_weights_s", "startup_graphs_s")
@@ -37,12 +40,8 @@ _FIRST = (("startup_imported_at_s", re.compile(r"^server_args=")),
           ("startup_scheduler_at_s", re.compile(r"^Init torch distributed begin\.")),
           ("startup_load_begin_at_s", re.compile(r"^Load weight begin\.")))
 
-# "[2026-01-02 03:04:05.678 DP0 TP0 EP0] message": time, optional ms, optional rank tags
-_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,6}))?((?: [A-Z_]+\d+)*)\] "
-                   r"(.*)$")
 _WEIGHTS = re.compile(r"^Load weight end\.")
 _CAPTURE = re.compile(r"^Capture [^.:]*\bend\.")
-_READY = "The server is fired up and ready to roll!"
 _ELAPSED = re.compile(r"(?:elapsed=| in )(\d+(?:\.\d+)?) s\b")
 
 
