@@ -103,3 +103,12 @@ def test_primitive_names_of_a_space_with_the_composite() -> None:
     assert {"NCCL_ALGO", "--disable-custom-all-reduce", "--enable-mscclpp",
             "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "--flashinfer-allreduce-fusion-backend"} <= names
     assert primitive_names(["NCCL_ALGO"]) == {"NCCL_ALGO"}
+
+
+def test_every_switch_sglangs_dispatch_reads_is_set_by_each_backend() -> None:
+    """The composite turns off, or on, every switch of SGLang's allreduce dispatch
+    (launchers/sglang/release/allreduce_settings): none is left to the environment."""
+    from launchers.sglang.release.allreduce_settings import ENV_BOOL, FLAGS
+
+    for backend, expansion in COMPOSITES[ALLREDUCE_BACKEND].expansions.items():
+        assert set(expansion) == {*FLAGS, *ENV_BOOL}, backend
