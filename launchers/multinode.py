@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from launchers.base import LaunchPlan
 
@@ -32,6 +32,42 @@ NNODES, NODE_RANK, DIST_INIT_ADDR = "--nnodes", "--node-rank", "--dist-init-addr
 # seven on every node; without DP attention only node 0 binds the first (torch.distributed's
 # TCP store).
 MEETING_PORTS = 7
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one trial runs: ``nodes`` whole nodes (``--nodes-per-trial``), one server on each,
+    node 0 served and measured. Built once per experiment (``tuner.setup.Setup``) and passed
+    down to what places, checks, plans and names a trial."""
+
+    nodes: int = 1
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"a trial runs on at least one node, not {self.nodes}")
+
+    @property
+    def across_nodes(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def flag(self) -> str:
+        """How the user asked for it."""
+        return f"--nodes-per-trial {self.nodes}"
+
+    @property
+    def meeting(self) -> str | None:
+        """Where the nodes meet in a plan made outside a trial: ``ADDR_PLACEHOLDER`` (None
+        on one node)."""
+        return ADDR_PLACEHOLDER if self.across_nodes else None
+
+    def held(self, gpus: int) -> str:
+        """What one trial holds, in words."""
+        return f"{gpus or 'no'} GPU(s)" + (f" on each of {self.nodes} nodes"
+                                           if self.across_nodes else "")
+
+
+ONE_NODE = Placement()
 
 
 def node_flags(nodes: int, rank: int, addr: str) -> tuple[str, ...]:

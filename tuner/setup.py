@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launchers.base import LaunchPlan, TrialContext, Workload
-from launchers.multinode import ADDR_PLACEHOLDER
+from launchers.multinode import Placement
 from search_spaces.knobs import Group, Value
 from search_spaces.space import SearchSpace, SpaceError, load
 from tuner.record.files import RUN_JSON
@@ -39,6 +39,8 @@ class Setup:
     unmodelled: list[str] = field(default_factory=list)  # values left out: "KNOB=value: why"
     weights: WeightPlan = field(default_factory=WeightPlan)  # per stage: random or real weights
     left_out: list[str] = field(default_factory=list)  # knobs this experiment leaves out, why
+    # The nodes a trial holds: --nodes-per-trial made a Placement once, by prepare().
+    placement: Placement = field(default_factory=Placement)
 
     def space_notes(self) -> list[str]:
         """What left the space before the search, and why (run, plan and the report say it)."""
@@ -70,9 +72,8 @@ class Setup:
                 ) -> TrialContext:
         """A trial context outside Ray (plan, notes, exports): GPUs as a trial holds them."""
         gpus = tuple(str(i) for i in range(self.gpus_per_trial))
-        nodes = self.spec.nodes_per_trial
         return TrialContext(self.spec.name, label, folder or self.out_dir / label, gpus, port,
-                            self.spec.seed, nodes, ADDR_PLACEHOLDER if nodes > 1 else None)
+                            self.spec.seed, self.placement.nodes, self.placement.meeting)
 
     def production_plan(self, config: dict[str, Value], folder: Path) -> LaunchPlan:
         """``config`` as a user would launch it (best/launch.sh): the production port, no
@@ -116,7 +117,8 @@ class Setup:
 def prepare(spec: ExperimentSpec) -> Setup:
     """Load and check the space for this workload; raises SpecError/SpaceError on bad input."""
     workload = spec.workload.build()
-    space, left_out = _single_node(load(spec.space).with_pins(spec.pins), spec.nodes_per_trial)
+    placement = Placement(spec.nodes_per_trial)
+    space, left_out = _single_node(load(spec.space).with_pins(spec.pins), placement)
     supported = {n for n in [*space.domains, *space.pins] if workload.supports(space.knob(n))}
     space, dropped = space.restricted_to(frozenset(supported))
     space, unmodelled = _drop_unmodelled(space, workload)
@@ -131,6 +133,7 @@ def prepare(spec: ExperimentSpec) -> Setup:
     objective = Objective(metric, mode, spec.rounds, tuple(spec.limits),
                           tuple(spec.workload.levels()), spec.workload.decide_level())
     setup = Setup(spec, workload, space, objective, dropped, unmodelled=unmodelled,
+                  placement=placement,
                   weights=weight_plan(spec, space, workload, objective), left_out=left_out)
     run = read_record(spec.out_dir / RUN_JSON, RunInfo)
     if run is not None and run.gpus_per_trial is not None:
@@ -138,11 +141,11 @@ def prepare(spec: ExperimentSpec) -> Setup:
     return setup
 
 
-def _single_node(space: SearchSpace, nodes: int) -> tuple[SearchSpace, list[str]]:
+def _single_node(space: SearchSpace, placement: Placement) -> tuple[SearchSpace, list[str]]:
     """With one node per trial, the network knobs (NCCL's, and gloo's interface) leave the
     space: nothing crosses the network within a node, so they could only add noise."""
     network = [n for n in [*space.domains, *space.pins] if space.knob(n).group is Group.NETWORK]
-    if nodes > 1 or not network:
+    if placement.across_nodes or not network:
         return space, []
     kept = frozenset(n for n in [*space.domains, *space.pins] if n not in network)
     space, _ = space.restricted_to(kept)

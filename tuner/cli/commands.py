@@ -47,8 +47,8 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
     if not planning:
         traffic.check_callbacks(spec)
     node_gpus = spec.gpus_per_trial or local_gpu_count(spec)
-    notes = check_nodes(spec, node_gpus, planning=planning)
-    shortfall = spec.workload.gpu_shortfall(node_gpus) if spec.nodes_per_trial == 1 else None
+    notes = check_nodes(spec, setup.placement, node_gpus, planning=planning)
+    shortfall = None if setup.placement.across_nodes else spec.workload.gpu_shortfall(node_gpus)
     if shortfall and not planning:
         raise CliError(shortfall)
     if shortfall:
@@ -129,7 +129,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          stage_search=spec.stage_search, samples=spec.samples, seed=spec.seed,
                          failure_aware=spec.failure_aware, max_concurrent=1, out_dir=None,
                          points=spec.points or None, weights=setup.weights,
-                         workload=setup.workload.kind, nodes=spec.nodes_per_trial)
+                         workload=setup.workload.kind, nodes=setup.placement.nodes)
     port = spec.workload.port or spec.workload.production_port or 30000
     if not args.json:
         for note in [*notes, *stack.notes]:
@@ -257,8 +257,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     setup = load_setup(Path(args.dir))
     if args.steps < 1:
         raise CliError("--steps: at least 1")
-    if setup.spec.nodes_per_trial > 1:
-        raise CliError(f"{args.dir}: its trials span {setup.spec.nodes_per_trial} nodes; "
+    if setup.placement.across_nodes:
+        raise CliError(f"{args.dir}: its trials span {setup.placement.nodes} nodes; "
                        "profile runs on one node")
     targets = profile.experiment_targets(setup, given_config(args, setup.space), args.label,
                                          baseline=not args.no_baseline)

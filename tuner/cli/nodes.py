@@ -6,17 +6,18 @@ from __future__ import annotations
 import shlex
 
 from launchers.base import LaunchPlan
-from launchers.multinode import ADDR_PLACEHOLDER, all_plans
+from launchers.multinode import ADDR_PLACEHOLDER, Placement, all_plans
 from tuner.cli.args import CliError
 from tuner.spec import ExperimentSpec
 
 
-def check_nodes(spec: ExperimentSpec, node_gpus: int | None, *, planning: bool) -> list[str]:
-    """Raises CliError on bad input for ``--nodes-per-trial``; returns notes for a plan."""
-    nodes = spec.nodes_per_trial
-    if nodes == 1:
+def check_nodes(spec: ExperimentSpec, placement: Placement, node_gpus: int | None, *,
+                planning: bool) -> list[str]:
+    """Raises CliError on bad input for ``--nodes-per-trial`` (``placement``); returns notes
+    for a plan."""
+    if not placement.across_nodes:
         return []
-    flag = f"--nodes-per-trial {nodes}"
+    nodes, flag = placement.nodes, placement.flag
     if not spec.workload.multi_node:
         raise CliError(f"{flag}: the {spec.workload.kind} workload runs on one node")
     if spec.screen is not None:

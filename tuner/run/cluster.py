@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from launchers import gpu, process
+from launchers.multinode import ONE_NODE, Placement
 from launchers.priority import PRIVATE_RAY_ENV
 from tuner.spec import ExperimentSpec, SpecError
 
@@ -82,7 +83,8 @@ def _tune_env(spec: ExperimentSpec) -> None:
 
 @contextlib.contextmanager
 def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
-                echo: Callable[[str], None] = print) -> Iterator[Cluster]:
+                echo: Callable[[str], None] = print,
+                placement: Placement = ONE_NODE) -> Iterator[Cluster]:
     """Connect to ``spec.address`` or start a private local Ray (dashboard on 127.0.0.1, token
     auth on). Ray processes started here carry the experiment's marker so that a crashed
     run's leftovers can be reaped by the next ``--resume``. Trials across nodes: at the end,
@@ -118,7 +120,7 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
         yield Cluster(len(alive), gpus, f"http://{url}" if url else None, started_here)
     finally:
         try:
-            if spec.nodes_per_trial > 1:
+            if placement.across_nodes:
                 from tuner.run.nodes import sweep
 
                 for node, pids in sweep(marker_prefix).items():
@@ -142,15 +144,15 @@ def gpus_per_trial(spec: ExperimentSpec, cluster: Cluster) -> int:
     return min(with_gpus) if with_gpus else 0
 
 
-def trial_slots(cluster: Cluster, gpus: int, nodes: int = 1) -> int:
+def trial_slots(cluster: Cluster, gpus: int, placement: Placement = ONE_NODE) -> int:
     """How many whole-node trials run at once: one per node that can hold one (a trial of
     several nodes: one per group of them, SpecError when there is none)."""
-    if nodes > 1:
+    if placement.across_nodes:
         able = sum(1 for g in cluster.gpus_per_node if g >= gpus) if gpus else cluster.nodes
-        if able < nodes:
-            raise SpecError(f"--nodes-per-trial {nodes}: the cluster has {able} node(s) with "
+        if able < placement.nodes:
+            raise SpecError(f"{placement.flag}: the cluster has {able} node(s) with "
                             f"{gpus} GPU(s) (GPUs per node: {cluster.gpus_per_node})")
-        return able // nodes
+        return able // placement.nodes
     if not gpus:
         return 1
     return max(1, sum(1 for g in cluster.gpus_per_node if g >= gpus))

@@ -74,18 +74,18 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
     for note in setup.space_notes():
         echo(note)
     _reap_leftovers(setup, echo)
-    with ray_cluster(spec, setup.marker_prefix, echo) as cluster:
+    placement = setup.placement
+    with ray_cluster(spec, setup.marker_prefix, echo, placement) as cluster:
         arm()  # over the SIGTERM handler ray.init installed
         gpus = node_gpus_per_trial(spec, cluster)
-        slots = trial_slots(cluster, gpus, spec.nodes_per_trial)
+        slots = trial_slots(cluster, gpus, placement)
         resources: dict[str, float] = {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
         setup.gpus_per_trial = gpus
         write_record(out_dir / RUN_JSON, RunInfo(
             nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node, gpus_per_trial=gpus,
-            nodes_per_trial=spec.nodes_per_trial, trials_at_once=slots,
+            nodes_per_trial=placement.nodes, trials_at_once=slots,
             dashboard_url=cluster.dashboard_url))
-        held = f"{gpus or 'no'} GPU(s)" + (f" on each of {spec.nodes_per_trial} nodes"
-                                           if spec.nodes_per_trial > 1 else "")
+        held = placement.held(gpus)
         echo(f"{cluster.nodes} node(s), GPUs per node {cluster.gpus_per_node}; each trial holds "
              f"{held}; at most {slots} trial(s) at once")
         if cluster.dashboard_url:
@@ -109,7 +109,7 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
                              points=spec.points or None, study=study,
                              weights=setup.weights, identity=setup.identity,
                              refusal=setup.refusal, resolved=resolved_knobs(setup),
-                             workload=setup.workload.kind, nodes=spec.nodes_per_trial)
+                             workload=setup.workload.kind, nodes=placement.nodes)
         if study is not None:
             echo(f"Optuna study {study.name!r} in {study.storage} "
                  f"(optuna-dashboard {study.storage})")

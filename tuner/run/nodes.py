@@ -35,7 +35,7 @@ from ray.util.scheduling_strategies import (
 from launchers import process
 from launchers.base import LaunchPlan, TrialContext, Workload
 from launchers.failures import TrialFailed
-from launchers.multinode import MEETING_PORTS
+from launchers.multinode import MEETING_PORTS, Placement
 from launchers.ports import reserve_block
 from launchers.priority import match_parent_priority
 from tuner.run.multinode import (
@@ -54,12 +54,14 @@ CALL_TIMEOUT_S = 10.0  # a node that does not answer a call in this long is take
 PLACE_TIMEOUT_S = 120.0  # the agents' start (their bundles are already reserved)
 
 
-def placement(resources: Mapping[str, float], nodes: int) -> PlacementGroupFactory:
-    """A trial's resources over ``nodes`` whole nodes: one bundle per node, strictly spread."""
+def bundles(resources: Mapping[str, float], placement: Placement) -> PlacementGroupFactory:
+    """A trial's resources over ``placement``'s whole nodes: one bundle per node, strictly
+    spread."""
     bundle = {"CPU": float(resources.get("cpu", 1))}
     if resources.get("gpu"):
         bundle["GPU"] = float(resources["gpu"])
-    return PlacementGroupFactory([dict(bundle) for _ in range(nodes)], strategy="STRICT_SPREAD")
+    return PlacementGroupFactory([dict(bundle) for _ in range(placement.nodes)],
+                                 strategy="STRICT_SPREAD")
 
 
 # ---------------------------------------------------------------- the agent on each node
@@ -174,17 +176,19 @@ class RayNodes:
 
 
 @contextmanager
-def across_nodes(ctx: TrialContext, workload: Workload, nodes: int, gpu_timeout: float = 60.0,
-                 own_ports: bool = False) -> Iterator[tuple[TrialContext, Workload]]:
-    """This trial's context and workload over ``nodes`` nodes (as they are for one): the
+def across_nodes(ctx: TrialContext, workload: Workload, placement: Placement,
+                 gpu_timeout: float = 60.0, own_ports: bool = False
+                 ) -> Iterator[tuple[TrialContext, Workload]]:
+    """This trial's context and workload over ``placement``'s nodes (as they are for one): the
     meeting address is this node's and a block of ``MEETING_PORTS`` ports here, outside the
     ephemeral range and reserved for the trial until it ends (``launchers.ports``; each other
     node reserves and checks them there too); each other node waits up to ``gpu_timeout``
     for its GPUs and serves on a free port of its own with ``own_ports`` (the run leaves
     ports to each trial); the agents go when the trial ends."""
-    if nodes == 1:
+    if not placement.across_nodes:
         yield ctx, workload
         return
+    nodes = placement.nodes
     address = ray.util.get_node_ip_address()
     here = Here(ray.get_runtime_context().get_node_id(), address)
     hosts = tuple(dict.fromkeys((address, process.LOCALHOST)))

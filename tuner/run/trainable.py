@@ -56,7 +56,7 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
     atexit.register(guard)
     _GUARDS.append(guard)
     try:  # across nodes: the trial's other nodes, each starting its server there
-        with across_nodes(ctx, setup.workload, spec.nodes_per_trial, spec.gpu_clean_timeout,
+        with across_nodes(ctx, setup.workload, setup.placement, spec.gpu_clean_timeout,
                           own_ports=spec.workload.port == 0) as (ctx, workload):
             run_trial(config, space=setup.space, workload=workload, ctx=ctx,
                       rounds=spec.rounds, report=report, limits=limits_of(spec),
@@ -77,10 +77,10 @@ def make_trainable(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, f
     actors listed as servetune_trial, repr "<experiment>/<trial id>"; ``resources`` are one
     node's, and a trial across nodes holds them on each of its nodes."""
     held: Resources = resources
-    if spec.nodes_per_trial > 1:
-        from tuner.run.nodes import placement
+    if setup.placement.across_nodes:
+        from tuner.run.nodes import bundles
 
-        held = placement(resources, spec.nodes_per_trial)
+        held = bundles(resources, setup.placement)
     return named_trainable(servetune_trial, held, setup.spec.name, on_stop=wind_down,
                            spec_json=spec.model_dump_json())
 

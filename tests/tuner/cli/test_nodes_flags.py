@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import pytest
 
+from launchers.multinode import Placement
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
 from search_spaces.space import load_preset
@@ -27,6 +28,11 @@ def spec(tmp_path: Path, **fields: object) -> ExperimentSpec:
     return ExperimentSpec.model_validate({**data, **fields})
 
 
+def checked(given: ExperimentSpec, node_gpus: int | None, *, planning: bool) -> list[str]:
+    """``check_nodes`` with the spec's placement, as check_before_launch passes it."""
+    return check_nodes(given, Placement(given.nodes_per_trial), node_gpus, planning=planning)
+
+
 class OneNodeArgs(ProxyArgs):
     """A workload that cannot span nodes (both shipped ones can)."""
 
@@ -36,8 +42,8 @@ class OneNodeArgs(ProxyArgs):
 def test_a_workload_of_one_node_is_refused(tmp_path: Path) -> None:
     one = spec(tmp_path).model_copy(update={"workload": OneNodeArgs()})
     with pytest.raises(CliError, match="--nodes-per-trial 2: the proxy workload runs on one"):
-        check_nodes(one, 8, planning=False)
-    assert check_nodes(spec(tmp_path, workload=ProxyArgs()), 8, planning=False) == []
+        checked(one, 8, planning=False)
+    assert checked(spec(tmp_path, workload=ProxyArgs()), 8, planning=False) == []
 
 
 @pytest.mark.parametrize(("fields", "named"), [
@@ -48,25 +54,25 @@ def test_a_workload_of_one_node_is_refused(tmp_path: Path) -> None:
 def test_what_a_trial_across_nodes_refuses(tmp_path: Path, fields: dict[str, object],
                                            named: str) -> None:
     with pytest.raises(CliError, match="--nodes-per-trial 2") as err:
-        check_nodes(spec(tmp_path, **fields), 8, planning=False)
+        checked(spec(tmp_path, **fields), 8, planning=False)
     assert named in str(err.value)
 
 
 def test_tp_must_split_over_the_nodes_and_fit_them(tmp_path: Path) -> None:
     uneven = spec(tmp_path, workload=SGLangArgs(model=str(tmp_path), tp=9))
     with pytest.raises(CliError, match="--tp 9 does not split evenly over 2 nodes"):
-        check_nodes(uneven, 8, planning=False)
+        checked(uneven, 8, planning=False)
     large = spec(tmp_path, workload=SGLangArgs(model=str(tmp_path), tp=32))
     with pytest.raises(CliError, match="--tp 32 is larger than the 16 GPUs of 2 nodes"):
-        check_nodes(large, 8, planning=False)
+        checked(large, 8, planning=False)
     fits = spec(tmp_path, workload=SGLangArgs(model=str(tmp_path), tp=16))
-    assert check_nodes(fits, 8, planning=False) == []
+    assert checked(fits, 8, planning=False) == []
 
 
 def test_plan_only_notes_a_missing_cluster(tmp_path: Path) -> None:
-    notes = check_nodes(spec(tmp_path, address=None), None, planning=True)
+    notes = checked(spec(tmp_path, address=None), None, planning=True)
     assert len(notes) == 1 and "--address" in notes[0]
-    assert check_nodes(spec(tmp_path, nodes_per_trial=1, address=None), None,
+    assert checked(spec(tmp_path, nodes_per_trial=1, address=None), None,
                        planning=False) == []
 
 

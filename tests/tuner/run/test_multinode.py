@@ -16,7 +16,7 @@ import pytest
 from launchers import process
 from launchers.base import LaunchPlan, TrialContext
 from launchers.failures import TrialFailed, follower_placement
-from launchers.multinode import MEETING_PORTS
+from launchers.multinode import MEETING_PORTS, Placement
 from launchers.ports import reserve_block
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
@@ -183,14 +183,24 @@ def test_node_markers_keep_a_nodes_teardown_on_its_node() -> None:
     assert node_marker("e/t1", 2) == "e/t1/node2"
 
 
+def test_a_placement_says_what_a_trial_holds() -> None:
+    two = Placement(2)
+    assert two.across_nodes and two.flag == "--nodes-per-trial 2"
+    assert two.held(8) == "8 GPU(s) on each of 2 nodes" and two.meeting == "$DIST_INIT_ADDR"
+    one = Placement()
+    assert not one.across_nodes and one.held(0) == "no GPU(s)" and one.meeting is None
+    with pytest.raises(ValueError, match="at least one node"):
+        Placement(0)
+
+
 def test_trials_at_once_are_the_groups_of_nodes_a_cluster_holds() -> None:
     cluster = Cluster(5, [0, 8, 8, 8, 8], None, False)  # a CPU head and four 8-GPU nodes
     assert trial_slots(cluster, 8) == 4
-    assert trial_slots(cluster, 8, nodes=2) == 2
-    assert trial_slots(cluster, 8, nodes=3) == 1
+    assert trial_slots(cluster, 8, Placement(2)) == 2
+    assert trial_slots(cluster, 8, Placement(3)) == 1
     with pytest.raises(SpecError, match="--nodes-per-trial 5: the cluster has 4 node"):
-        trial_slots(cluster, 8, nodes=5)
-    assert trial_slots(Cluster(3, [0, 0, 0], None, False), 0, nodes=2) == 1
+        trial_slots(cluster, 8, Placement(5))
+    assert trial_slots(Cluster(3, [0, 0, 0], None, False), 0, Placement(2)) == 1
 
 
 def test_the_proxy_spreads_its_ranks_over_two_nodes_on_gloo(tmp_path: Path) -> None:
