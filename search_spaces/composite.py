@@ -6,8 +6,10 @@ tries its backends in a fixed order, each under its own size rule
 sglang/srt/distributed/parallel_state.py, 0.5.23): MSCCL++, NCCL symmetric memory (unless
 custom allreduce takes the tensor), FlashInfer (when a fusion workspace exists), then custom
 allreduce, PCIe-IPC, quick allreduce (ROCm), MSCCL++, torch symmetric memory, and NCCL in
-place. So each choice turns its backend on and every backend that would come before it off;
-NCCL stays the fallback for what the chosen backend declines (sizes, dtypes).
+place (the order as servetune reads it, each rule cited: ``launchers/sglang/release/allreduce``;
+the switches it reads: ``allreduce_settings`` there). So each choice turns its backend on and
+every backend that would come before it off; NCCL stays the fallback for what the chosen
+backend declines (sizes, dtypes).
 
 ``weights`` says which weights a trial's server loads: unset, the checkpoint's; ``dummy``,
 random ones for the target and the draft model alike (SGLang's ``--load-format dummy``: no

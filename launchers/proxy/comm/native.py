@@ -2,7 +2,8 @@
 
   emulated  the proxy's own paths (``collectives``): torch.distributed and torch symmetric memory
             standing in for SGLang's kernels, chosen by SGLang 0.5.23's rules re-implemented in
-            ``dispatch``; runs anywhere torch does (CI, a laptop, CPU with gloo).
+            ``launchers/sglang/release/allreduce`` (read by ``dispatch``); runs anywhere torch
+            does (CI, a laptop, CPU with gloo).
   native    the installed SGLang's own distributed layer (``native_group``): the ranks build
             SGLang's tensor-parallel ``GroupCoordinator`` and every collective of the pass goes
             through its ``all_reduce`` / ``all_gather_into_tensor``, so the dispatch, the kernels
