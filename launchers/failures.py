@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from launchers import exceptions
-from launchers.sglang.release.logs import SUBPROCESS_EXIT
+from launchers.sglang.release import logs
 
 
 class FailureKind(str, Enum):
@@ -51,7 +51,7 @@ class FailureKind(str, Enum):
 _SIGNATURES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern, re.IGNORECASE if ci else 0))
     for kind, pattern, ci in [
-        (FailureKind.GRAPH_CAPTURE, r"Capture (?:prefill )?cuda graph failed", True),
+        (FailureKind.GRAPH_CAPTURE, logs.GRAPH_CAPTURE_FAILED, True),
         (FailureKind.GRAPH_CAPTURE, r"operation not permitted when stream is capturing", True),
         (FailureKind.GRAPH_CAPTURE, r"cudaErrorStreamCaptureInvalidated", False),
         (FailureKind.NCCL_INVALID_USAGE, r"No algorithm/protocol available for function", True),
@@ -59,19 +59,15 @@ _SIGNATURES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(
         (FailureKind.NCCL_INVALID_USAGE, r"Unrecognized element token", False),
         (FailureKind.NCCL_ERROR, r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
                                  r"|ncclRemoteError|DistBackendError", False),
-        (FailureKind.KV_POOL_OOM, r"Not enough memory\. Please try to increase --mem-fraction-static",
-         False),
+        (FailureKind.KV_POOL_OOM, logs.KV_POOL_OOM, False),
         (FailureKind.CUDA_OOM, r"torch\.OutOfMemoryError|CUDA out of memory|torch\.cuda\.OutOfMemoryError",
          False),
-        (FailureKind.WATCHDOG_HANG, r"watchdog timeout \(self\.watchdog_timeout=", False),
-        (FailureKind.SCHEDULER_DIED, r"scheduler died during initialization", True),
-        (FailureKind.SCHEDULER_DIED, r"Received sigquit from a child process|SIGQUIT received", False),
-        (FailureKind.PORT_BUSY, r"Port is already in use|is not available in \d+ seconds"
-                                r"|address already in use|\[Errno 98\]", True),
+        (FailureKind.WATCHDOG_HANG, logs.WATCHDOG_TIMEOUT, False),
+        (FailureKind.SCHEDULER_DIED, logs.SCHEDULER_DIED, True),
+        (FailureKind.SCHEDULER_DIED, logs.SIGQUIT, False),
+        (FailureKind.PORT_BUSY, logs.PORT_BUSY + r"|address already in use|\[Errno 98\]", True),
     ]
 )
-
-_SCHEDULER_EXIT = re.compile(r"scheduler died during initialization \(exit code: (-?\d+)\)", re.I)
 
 
 def _by_signature(text: str) -> FailureKind | None:
@@ -111,7 +107,7 @@ def _from_exception(error: exceptions.LoggedException) -> FailureKind:
 def hint(kind: FailureKind, log_text: str, returncode: int | None) -> str:
     """A short, actionable explanation where the text allows one."""
     if kind is FailureKind.SCHEDULER_DIED:
-        match = _SCHEDULER_EXIT.search(log_text) or SUBPROCESS_EXIT.search(log_text)
+        match = logs.SCHEDULER_EXIT.search(log_text) or logs.SUBPROCESS_EXIT.search(log_text)
         if match and int(match.group(1)) == -9 and exceptions.logged_exception(log_text) is None:
             # SGLang kills its own tree with SIGKILL after any failure: only a scheduler
             # that was SIGKILLed with no exception logged points at the host
