@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from search_spaces import knobs, open_knobs
 from search_spaces.constraints import SHAPE, partial_shape
 from search_spaces.knobs import Knob, Value
+from search_spaces.searches import StageSearchName
 
 PRESET_PACKAGE = "search_spaces.presets"
 DEFAULT_WORDS = ("default", "unset")
@@ -42,7 +43,7 @@ class _StageFile(BaseModel):
     name: str
     knobs: list[str]
     samples: int | None = None
-    search: Literal["random", "grid", "optuna"] | None = None
+    search: StageSearchName | None = None
 
 
 class _SpaceFile(BaseModel):

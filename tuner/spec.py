@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launchers.registry import AnyWorkloadArgs, default_args
 from search_spaces.knobs import Value
+from search_spaces.searches import DEFAULT as DEFAULT_SEARCH
+from search_spaces.searches import DEFAULT_STAGE, SearchName, StageSearchName
 from tuner.limits import SEARCH_KEY, WORST, Limit, level_column
 
 SPEC_FILE = "servetune.json"
@@ -79,8 +81,8 @@ class ExperimentSpec(BaseModel):
     # the baseline (SearchSpace.with_baseline); each trial's values override them.
     baseline: dict[str, Value] = {}
     workload: AnyWorkloadArgs = Field(default_factory=default_args)  # type: ignore[assignment]
-    search: Literal["auto", "random", "grid", "optuna", "staged"] = "auto"
-    stage_search: Literal["random", "grid", "optuna"] = "random"
+    search: SearchName = DEFAULT_SEARCH
+    stage_search: StageSearchName = DEFAULT_STAGE
     failure_aware: bool = True
     scheduler: Literal["asha", "median", "fifo"] = "asha"
     samples: int | None = Field(None, ge=1, description="trials, the baseline included; "

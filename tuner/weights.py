@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from launchers.base import Workload, WorkloadArgs
 from search_spaces.knobs import DUMMY, WEIGHTS, Group, Value, expand_config, primitive_names
+from search_spaces.searches import strategy
 from search_spaces.space import SearchSpace
 from tuner.spec import ExperimentSpec, Objective, SpecError
 
@@ -120,7 +121,7 @@ class WeightPlan:
 def stage_knobs(spec: ExperimentSpec, space: SearchSpace) -> list[tuple[str, tuple[str, ...]]]:
     """The stages trials are launched in, with the knobs each searches (the baseline first,
     with the first stage's knobs: it is that stage's reference)."""
-    if spec.search != "staged" or spec.points:
+    if not strategy(spec.search).staged or spec.points:
         stages = [(SEARCH, tuple(space.domains))]
     else:
         stages = [(s.name, s.knobs) for s in space.stages if s.knobs] or [

@@ -14,6 +14,8 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from launchers.registry import kinds
+from search_spaces.searches import DEFAULT as DEFAULT_SEARCH
+from search_spaces.searches import DEFAULT_STAGE, NAMES, STAGE_NAMES, STAGED, default_help
 from search_spaces.space import SpaceError
 from tuner.cli.args import CliError, glue_raw_values
 from tuner.cli.commands import (
@@ -42,12 +44,9 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--space", default=DEFAULT_PRESET, help="preset name or YAML file")
     g.add_argument("--pin", action="append", default=[], metavar="NAME=VALUE",
                    help="fix a knob (repeatable), e.g. NCCL_NVLS_ENABLE=0")
-    g.add_argument("--search", choices=["auto", "random", "grid", "optuna", "staged"],
-                   default="auto", help="auto (the default): the baseline, each knob's values "
-                   "one at a time, largest expected effect first, then a model of every pair "
-                   "of settings picks the rest")
-    g.add_argument("--stage-search", choices=["random", "grid", "optuna"], default="random",
-                   help="searcher inside each stage of --search staged")
+    g.add_argument("--search", choices=NAMES, default=DEFAULT_SEARCH, help=default_help())
+    g.add_argument("--stage-search", choices=STAGE_NAMES, default=DEFAULT_STAGE,
+                   help=f"searcher inside each stage of --search {STAGED}")
     g.add_argument("--samples", type=int, default=None,
                    help="trials, the baseline included (default: sized from the space, and "
                    "printed with a time estimate before the first launch)")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from launchers.registry import screenable
 from search_spaces import knobs
+from search_spaces.searches import strategy
 from search_spaces.space import SearchSpace, load, preset_names
 from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_from_args
 from tuner.cli.nodes import check_nodes, command_lines
@@ -134,7 +135,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not args.json:
         for note in [*notes, *stack.notes]:
             print(f"# {note}")
-        if spec.search in ("auto", "staged", "optuna"):
+        if strategy(spec.search).adaptive:
             print(f"# {spec.search}: later proposals depend on measured results; shown as "
                   "proposed before any result (staged: earlier stages' winners = baseline)")
     for index, (trial_id, config) in enumerate(proposals(stack, stack.num_samples)):

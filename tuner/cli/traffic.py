@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import importlib
 
+from search_spaces.searches import strategy
 from tuner.cli.args import CliError
 from tuner.setup import Setup
 from tuner.spec import ExperimentSpec
@@ -29,10 +30,11 @@ def check_limits(setup: Setup) -> None:
 
 
 def uses_optuna(spec: ExperimentSpec, setup: Setup) -> bool:
-    if spec.search == "optuna":
+    if strategy(spec.search).optuna:
         return True
-    return spec.search == "staged" and (spec.stage_search == "optuna" or any(
-        stage.search == "optuna" for stage in setup.space.stages))
+    return strategy(spec.search).staged and (strategy(spec.stage_search).optuna or any(
+        stage.search is not None and strategy(stage.search).optuna
+        for stage in setup.space.stages))
 
 
 def check_study(spec: ExperimentSpec, setup: Setup, *, resume: bool, planning: bool) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from search_spaces.knobs import DUMMY, WEIGHTS
+from search_spaces.searches import strategy
 from tuner.output import pareto, partners, plots, proposals, readiness, results
 from tuner.output import ruled_out as failure_memory
 from tuner.output.confirm_text import Confirm
@@ -63,7 +64,7 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None,
     how = [["what", "how"],
            ["space", f"{setup.space.name}: {' '.join(setup.space.description.split())}"],
            ["search", spec.search + (f" (stages searched by {spec.stage_search})"
-                                     if spec.search == "staged" else "")
+                                     if strategy(spec.search).staged else "")
             + (", failure-aware" if spec.failure_aware else "")],
            ["trials", f"{spec.samples or 'sized from the space'} (the baseline first), "
                       f"{spec.rounds} benchmark rounds each"],

@@ -13,6 +13,7 @@ import pandas as pd
 
 from launchers.registry import screen_args
 from search_spaces import knobs
+from search_spaces.searches import RANDOM, strategy
 from search_spaces.space import load
 from tuner.record.experiment import Experiment
 from tuner.record.files import write_json
@@ -52,7 +53,8 @@ def screen_spec(spec: ExperimentSpec) -> ExperimentSpec:
         "workload": screen_args(screen_shape(spec)), "screen": None, "points": [],
         "pins": {**spec.pins, **non_env}, "confirm": 0,
         "samples": spec.screen_samples or spec.samples,
-        "search": "random" if spec.search in ("staged", "grid") else spec.search,
+        "search": RANDOM if strategy(spec.search).staged or strategy(spec.search).exhaustive
+        else spec.search,
         # The server's limits, study and trackers are the server trials' (the proxy reports
         # none of bench_serving's latencies).
         "limits": [], "optuna_storage": None, "callbacks": [],

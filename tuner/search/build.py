@@ -14,6 +14,7 @@ from typing import Any
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
+from search_spaces.searches import AUTO, strategy
 from search_spaces.space import SearchSpace
 from tuner.record.files import COMPLETED, REJECTED, STAGES_JSON
 from tuner.record.info import Completed, Entry, Rejected, append_entry
@@ -61,7 +62,7 @@ def optuna_searcher(space: SearchSpace, objective: Objective, seed: int,
 
 def leaf_searcher(kind: str, space: SearchSpace, objective: Objective, seed: int,
                   study: Study | None = None) -> Searcher:
-    if kind == "optuna":
+    if strategy(kind).optuna:
         return optuna_searcher(space, objective, seed, study)
     return SpaceSearcher(space, kind, seed, objective.search_metric, objective.mode)
 
@@ -110,7 +111,7 @@ def budget(space: SearchSpace, search: str, samples: int | None) -> tuple[int, s
     """The trials to run and, when the space sized them, the line that says so."""
     if samples is not None:
         return samples, None
-    if search == "grid":
+    if strategy(search).exhaustive:
         return space.size, f"budget: {space.size} trials, every point of the grid"
     sized = sized_budget(space)
     return sized.trials, f"budget: {sized.trials} trials, sized from the space ({sized.why})"
@@ -135,9 +136,10 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
     resolves a configuration to (the baseline's partners complete a refused suggestion);
     ``nodes``: the nodes each trial spans, for the time estimate."""
     notes: list[str] = []
+    how = strategy(search)
     weights = weights or WeightPlan()
     stage_pins = weights.stage_pins()
-    if search != "staged" or points:
+    if not how.staged or points:
         space = space.with_pins(weights.pins(SEARCH))
         stage_pins = {}
     samples, sized = budget(space, search, samples)
@@ -157,7 +159,7 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         notes.append(f"evaluating {len(queue)} given configurations (baseline first)")
         return SearchStack(ConcurrencyLimiter(filtering, max_concurrent=max_concurrent),
                            filtering, None, len(queue), notes)
-    if search == "staged":
+    if how.staged:
         staged = StagedSearcher(space, samples, objective.rounds,
                                 _StageInner(stage_search, objective, study), seed,
                                 objective.search_metric, objective.mode,
@@ -167,17 +169,17 @@ def build_search(space: SearchSpace, objective: Objective, *, search: str, stage
         if not space.stages:
             notes.append(f"{space.name} defines no stages: one stage with every knob")
     memory = FailureMemory(space.baseline()) if failure_aware else None
-    if search == "auto":
+    if search == AUTO:
         inner = AutoSearcher(space, objective.rounds, seed, objective.search_metric,
                              objective.mode, memory)
-    elif search != "staged":
+    elif not how.staged:
         inner = leaf_searcher(search, space, objective, seed, study)
-    if search == "grid" and space.size > samples:
+    if how.exhaustive and space.size > samples:
         notes.append(f"grid has {space.size} points; --samples {samples} runs the first "
                      f"{samples} (baseline first)")
-    if search == "grid":
+    if how.exhaustive:
         samples = min(samples, space.size)
-    filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=search == "grid",
+    filtering = FilteringSearcher(inner, space, memory=memory, pass_invalid=how.exhaustive,
                                   on_reject=rejects, identity=identity, refusal=refusal,
                                   resolved=resolved, budget=samples,
                                   on_complete=_JsonlLog(out_dir / COMPLETED, Completed)

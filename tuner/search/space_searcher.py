@@ -6,6 +6,7 @@ import random
 
 from ray.tune.search import Searcher
 
+from search_spaces.searches import GRID, RANDOM
 from search_spaces.space import SearchSpace
 from tuner.search.base import OwnSpaceSearcher
 from tuner.search.keys import Config, config_key
@@ -18,7 +19,7 @@ class SpaceSearcher(OwnSpaceSearcher):
     def __init__(self, space: SearchSpace, strategy: str, seed: int = 0,
                  metric: str | None = None, mode: str | None = None) -> None:
         super().__init__(metric=metric, mode=mode)
-        if strategy not in ("random", "grid"):
+        if strategy not in (RANDOM, GRID):
             raise ValueError(f"unknown strategy {strategy!r}")
         self.space = space
         self.strategy = strategy
@@ -32,7 +33,7 @@ class SpaceSearcher(OwnSpaceSearcher):
     def suggest(self, trial_id: str) -> Config | None:
         if not self.seen:
             return self._take(self.space.baseline())
-        if self.strategy == "grid":
+        if self.strategy == GRID:
             if self._grid is None:
                 self._grid = list(self.space.grid())
             while self.grid_index < len(self._grid):
