@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from launchers.sglang.release.speculative import SHAPE
 from search_spaces.domains import (
     NCCL_ALGORITHMS,
     NCCL_PROTOCOLS,
@@ -248,8 +249,8 @@ POINT_TO_POINT_ONLY = frozenset({"NCCL_NCHANNELS_PER_NET_PEER"})
 PRIMITIVES: dict[str, Knob] = {k.name: k for k in [*_NCCL, *_NETWORK, *_SGLANG_FLAGS,
                                                      *_SGLANG_ENV]}
 
-SPECULATIVE_KNOBS = ("--speculative-num-steps", "--speculative-eagle-topk",
-                     "--speculative-num-draft-tokens")
+# The speculative shape (steps, topk, draft tokens), as SGLang's rules name it
+SPECULATIVE_KNOBS = SHAPE
 
 # ---------------------------------------------------------------- expected effect
 
