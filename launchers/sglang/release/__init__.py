@@ -7,7 +7,9 @@ from a release's source, as data and pure functions, each naming the release it 
 - ``env``: the env registry's value parsing (``EnvBool``, ``EnvInt``) where SGLang is not run;
 - ``allreduce_settings``: the flags and SGLANG_* variables the allreduce dispatch reads;
 - ``allreduce``: which path a tensor-parallel all-reduce and the logits all-gather take;
-- ``v2_tables``: custom allreduce v2's size thresholds.
+- ``v2_tables``: custom allreduce v2's size thresholds;
+- ``logs``: SGLang's log-line formats (a line, ready, the lines that name a failure, where it
+  checks its own arguments).
 
 This room imports nothing of servetune: it is the floor below launchers/ (with search_spaces/),
 so search_spaces/ (constraints, resolved twins) and the proxy (its dispatch) read the same rules
