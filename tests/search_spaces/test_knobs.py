@@ -129,3 +129,14 @@ def test_unknown_knob_names_the_closest() -> None:
     with pytest.raises(knobs.UnknownKnob) as err:
         knobs.canonical_name("SGLANG_ENABLE_PCIE_IPC_ALLREDUCEE")
     assert "did you mean SGLANG_ENABLE_PCIE_IPC_ALLREDUCE?" in str(err.value)
+
+
+def test_the_catalogue_states_the_defaults_sglangs_dispatch_reads() -> None:
+    """The SGLANG_* allreduce knobs' stated defaults are those the release's rules read
+    (launchers/sglang/release/allreduce_settings): unset, or the value first."""
+    from launchers.sglang.release.allreduce_settings import ENV_BOOL, ENV_INT
+
+    for name, default in {**ENV_BOOL, **ENV_INT}.items():
+        stated = knobs.PRIMITIVES[name].default
+        expected = "unset" if default is None else str(int(default))
+        assert stated.split(" ")[0].rstrip(":") == expected, (name, stated)
