@@ -13,6 +13,8 @@ best/launch.sh show both nodes' commands, and each follower served its own port.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from launchers.ports import ephemeral_range
 from launchers.process import ServerProcess, marked_processes
 from search_spaces.space import load_preset
 from simulator.runs import ROOT, Experiment, env_for, stand_in
@@ -113,6 +116,36 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return ta["wall_start"] < tb["wall_end"] and tb["wall_start"] < ta["wall_end"]
 
 
+def test_a_node_with_another_sglang_stops_the_run_in_one_line_before_anything_starts(
+        cluster: SimCluster, tmp_path: Path) -> None:
+    """A fifth node whose Python finds another SGLang distribution first (its PYTHONPATH: a
+    dist-info of SGLang 0.0.1, as another install on that machine would be): exit 2, one
+    line naming that node and both installs, no trial started. The node leaves after."""
+    site = tmp_path / "other-site" / "sglang-0.0.1.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.0.1\n")
+    saved = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site.parent), saved])
+    try:
+        odd = cluster.cluster.add_node(num_cpus=1, num_gpus=8, temp_dir=str(cluster.ray_tmp))
+    finally:
+        os.environ["PYTHONPATH"] = saved
+    try:
+        cluster.cluster.wait_for_nodes()
+        exp = Experiment.create(tmp_path, cluster.ray_tmp)
+        result = exp.run(_args(exp, cluster), timeout=180)
+    finally:
+        cluster.cluster.remove_node(odd)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("servetune: ")]
+    assert result.returncode == 2 and len(errors) == 1, result
+    assert re.match(rf"servetune: error: --address {re.escape(cluster.address)}: node "
+                    rf"{odd.node_id[:16]} \(\S+\) has servetune \S+ .*with SGLang 0\.0\.1, the "
+                    r"driver servetune \S+ .*with SGLang \S+: every node needs the driver's "
+                    r"servetune and SGLang$", errors[0]), errors[0]
+    assert not [e for e in exp.journal() if e.get("event") == "start"]
+    assert not marked_processes(exp.prefix)
+
+
 def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_trial(
         cluster: SimCluster, tmp_path: Path) -> None:
     """Run after the sweep test: it needs all four nodes, and kills two."""
@@ -176,6 +209,8 @@ def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_
     addr = {argv[argv.index("--dist-init-addr") + 1] for argv in argvs}
     assert [argv[argv.index("--node-rank") + 1] for argv in argvs] == ["0", "1"]
     assert len(addr) == 1 and all(argv[argv.index("--nnodes") + 1] == "2" for argv in argvs)
+    meeting = int(next(iter(addr)).rpartition(":")[2])  # outside the ephemeral range
+    assert meeting < ephemeral_range()[0] or meeting > ephemeral_range()[1], meeting
     assert plan["argv"][plan["argv"].index("--tp-size") + 1] == "16"  # 2 nodes x 8 GPUs
     script = (exp.out / "best" / "launch.sh").read_text()
     assert "--node-rank 0 --dist-init-addr \"${DIST_INIT_ADDR}\"" in script, script

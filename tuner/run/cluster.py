@@ -60,6 +60,17 @@ def join_failure(address: str, err: BaseException) -> str:
     return f"--address {address}: could not join the cluster ({str(err).splitlines()[0]})"
 
 
+def check_installs(address: str) -> None:
+    """Every node that can hold a trial has the driver's servetune and SGLang (nothing is
+    shipped to the nodes: tuner/run/installs.py); else one line, before anything starts."""
+    from tuner.run.installs import Install, mismatch
+    from tuner.run.nodes import installs
+
+    problem = mismatch(Install.here(), installs())
+    if problem:
+        raise SpecError(f"--address {address}: {problem}")
+
+
 def check_joining(spec: ExperimentSpec) -> None:
     """Resources are declared only to a Ray this run starts."""
     if spec.address is None:
@@ -117,6 +128,8 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
         alive = [n for n in ray.nodes() if n.get("Alive")]
         gpus = [int(n.get("Resources", {}).get("GPU", 0)) for n in alive]
         url = getattr(info, "dashboard_url", None) or None
+        if not started_here:
+            check_installs(str(spec.address))
         yield Cluster(len(alive), gpus, f"http://{url}" if url else None, started_here)
     finally:
         try:

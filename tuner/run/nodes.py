@@ -38,6 +38,7 @@ from launchers.failures import TrialFailed
 from launchers.multinode import MEETING_PORTS, Placement
 from launchers.ports import reserve_block
 from launchers.priority import match_parent_priority
+from tuner.run.installs import Install
 from tuner.run.multinode import (
     NODE_ENV,
     Here,
@@ -201,7 +202,34 @@ def across_nodes(ctx: TrialContext, workload: Workload, placement: Placement,
             others.close()
 
 
-# ---------------------------------------------------------------- every node at the end
+# ---------------------------------------------------------------- every node: installs, sweep
+
+
+def _install_here() -> Install:
+    return Install.here()
+
+
+def installs(timeout: float = 60.0) -> dict[str, Install | str]:
+    """The servetune and SGLang of every live node that can hold a trial (those with GPUs,
+    where any has; else every node), by "<Ray node id> (<address>)"; a node that cannot run
+    servetune's task, or does not answer in ``timeout``, says why instead."""
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    able = [n for n in alive if n.get("Resources", {}).get("GPU", 0) > 0] or alive
+    task = ray.remote(num_cpus=0, max_retries=0)(_install_here)
+    refs = {f"{n['NodeID'][:16]} ({n.get('NodeManagerAddress')})": task.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+        for n in able}
+    ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+    out: dict[str, Install | str] = {}
+    for node, ref in refs.items():
+        try:
+            out[node] = ray.get(ref, timeout=0)
+        except ray.exceptions.GetTimeoutError:
+            out[node] = f"did not answer in {timeout:.0f} s"
+        except ray.exceptions.RayError as err:
+            first = str(err).strip().splitlines()
+            out[node] = f"cannot run servetune ({first[-1][:200] if first else type(err).__name__})"
+    return out
 
 
 def _node_of(pid: int) -> str | None:
