@@ -4,7 +4,8 @@ where every rule names where SGLang has it), and which of those paths the proxy 
 
 A ``Route`` here is SGLang's route with the proxy's table of paths it cannot run
 (``NOT_MODELLED``): ``modelled`` and ``describe()`` read it. The route functions are SGLang's,
-their answers given as such routes.
+their answers given as such routes (``fusion_route`` and ``custom_route``, the steps, are
+read there).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from launchers.sglang.release.allreduce_settings import Settings
 __all__ = ["CUSTOM_1SHOT", "CUSTOM_2SHOT", "FUSION", "FUSION_CUTEDSL", "FUSION_MNNVL", "GLOO",
            "MSCCLPP", "NCCL", "NCCL_SYMM", "NOT_MODELLED", "PCIE_IPC", "RUNNABLE", "RUNS",
            "TORCH_SYMM_2SHOT", "TORCH_SYMM_MULTIMEM", "Machine", "Route", "allgather_route",
-           "allreduce_route", "custom_route", "fusion_route"]
+           "allreduce_route"]
 
 GLOO = "gloo"  # the proxy's CPU path: not one of SGLang's
 RUNNABLE = (NCCL, CUSTOM_1SHOT, CUSTOM_2SHOT, TORCH_SYMM_2SHOT, FUSION)
@@ -65,8 +66,8 @@ class Route(rules.Route):
     """SGLang's route of one collective, read against what the proxy can run."""
 
     @classmethod
-    def of(cls, route: rules.Route | None) -> Route | None:
-        return None if route is None else cls(route.path, route.why, route.error)
+    def of(cls, route: rules.Route) -> Route:
+        return cls(route.path, route.why, route.error)
 
     @property
     def modelled(self) -> bool:
@@ -76,28 +77,13 @@ class Route(rules.Route):
         return super().describe(NOT_MODELLED if unmodelled is None else unmodelled)
 
 
-def _route(route: rules.Route) -> Route:
-    return Route(route.path, route.why, route.error)
-
-
-def fusion_route(s: Settings, m: Machine, architecture: str | None, tokens: int
-                 ) -> Route | None:
-    """The fused all-reduce + add + RMSNorm where SGLang takes it, else None."""
-    return Route.of(rules.fusion_route(s, m, architecture, tokens))
-
-
-def custom_route(s: Settings, m: Machine, nbytes: int) -> Route | None:
-    """SGLang's custom allreduce where it takes the message, else None."""
-    return Route.of(rules.custom_route(s, m, nbytes))
-
-
 def allreduce_route(s: Settings, m: Machine, nbytes: int, *, bf16: bool = True,
                     architecture: str | None = None, tokens: int = 1) -> Route:
     """The path of one decode/verify all-reduce of ``nbytes`` (the fused one included)."""
-    return _route(rules.allreduce_route(s, m, nbytes, bf16=bf16, architecture=architecture,
-                                        tokens=tokens))
+    return Route.of(rules.allreduce_route(s, m, nbytes, bf16=bf16, architecture=architecture,
+                                          tokens=tokens))
 
 
 def allgather_route(s: Settings, m: Machine) -> Route:
     """The path of the logits all-gather."""
-    return _route(rules.allgather_route(s, m))
+    return Route.of(rules.allgather_route(s, m))
