@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from launchers.options import CliOption
 from launchers.process import LOCALHOST, ServerProcess, check_env_values, marker_value
 from launchers.trace.events import StepSpans
 from search_spaces.knobs import (
@@ -284,8 +285,8 @@ class WorkloadArgs(BaseModel):
     ready_timeout: float = 1800.0
     workdir: Path | None = None  # where servers start: the folder servetune was started in
 
-    # CLI option (argparse dest) -> field of this model: the options this workload takes.
-    cli_fields: ClassVar[Mapping[str, str]] = {}
+    # The options this workload takes on the command line (the CLI assembles them).
+    cli_options: ClassVar[tuple[CliOption, ...]] = ()
     # The port a production launch (best/launch.sh) uses when the args leave it to each trial.
     production_port: ClassVar[int | None] = None
     # Whether one configuration can run across several nodes (--nodes-per-trial): the
@@ -297,6 +298,11 @@ class WorkloadArgs(BaseModel):
 
     # CLI options that select this workload when given (``--model``: sglang).
     cli_selectors: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def cli_fields(cls) -> dict[str, str]:
+        """CLI option (argparse dest) -> the field of this model it sets."""
+        return {o.dest: o.field for o in cls.cli_options}
 
     def checks(self, space: SearchSpace, experiment: str) -> list[str]:
         """Bad input found before anything launches, for a run over ``space`` (each reason

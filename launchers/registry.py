@@ -13,6 +13,7 @@ from typing import Annotated
 from pydantic import Field
 
 from launchers.base import WorkloadArgs
+from launchers.options import CliOption, merged
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
 
@@ -21,6 +22,11 @@ DEFAULT_KIND = "proxy"  # the embedded default: needs no server
 
 # The union the experiment spec holds, told apart by ``kind``.
 AnyWorkloadArgs = Annotated[SGLangArgs | ProxyArgs, Field(discriminator="kind")]
+
+
+def cli_options() -> list[CliOption]:
+    """Every workload's command-line options, in the registry's order, a shared one once."""
+    return merged(m.cli_options for m in ARGS_MODELS)
 
 
 def kinds() -> list[str]:

@@ -12,8 +12,9 @@ from pydantic import Field
 
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
+from launchers.options import CliOption
 from launchers.process import ServerProcess, port_is_free
-from launchers.proxy import acceptance, fitting, multinode, topology
+from launchers.proxy import acceptance, fitting, multinode, options, topology
 from launchers.proxy import paths as proxy_paths
 from launchers.proxy.comm import native, settings
 from launchers.proxy.protocol import CONTROL_FILE, ROUNDS_FILE, STEP_SPANS
@@ -66,11 +67,7 @@ class ProxyArgs(WorkloadArgs):
         "native: the collectives through the installed SGLang's distributed layer; emulated: "
         "the proxy's own paths; auto: native where SGLang and its kernels import"))
 
-    cli_fields: ClassVar[Mapping[str, str]] = {
-        "model_config": "model", "layers": "layers", "batch": "batch", "kv_len": "kv_len",
-        "port": "port", "ready_timeout": "ready_timeout", "interconnect": "interconnect",
-        "iters": "iters_per_round", "accept_length_from": "accept_lengths",
-        "proxy_comm": "proxy_comm"}
+    cli_options: ClassVar[tuple[CliOption, ...]] = options.CLI_OPTIONS
 
     def build(self) -> ProxyWorkload:
         return ProxyWorkload(self)

@@ -13,11 +13,13 @@ from pydantic import Field
 from launchers import nccl_log
 from launchers.base import LaunchPlan, TrialContext, Workload, WorkloadArgs, knob_argv, knob_env
 from launchers.failures import Failure, FailureKind, TrialFailed
+from launchers.options import CliOption
 from launchers.process import LOCALHOST, ServerProcess, port_is_free
 from launchers.sglang import answers, datasets, levers, multinode, resolved, served, weights
 from launchers.sglang import preflight as sglang_parser
 from launchers.sglang import startup as sglang_startup
 from launchers.sglang.bench import ROUND_KEYS
+from launchers.sglang.options import CLI_OPTIONS
 from launchers.sglang.profile import STEP_SPANS
 from launchers.sglang.ran import ran_values
 from launchers.sglang.running import SGLangRunning
@@ -79,14 +81,7 @@ class SGLangArgs(WorkloadArgs):
     measured: list[str] = Field(default_factory=list, description=(
         "the metrics the experiment measures (objective, limits): set by the CLI"))
 
-    cli_fields: ClassVar[Mapping[str, str]] = {
-        "model": "model", "draft_model": "draft_model", "tp": "tp",
-        "speculative_algorithm": "speculative_algorithm", "server_arg": "server_args",
-        "server_cmd": "server_cmd", "port": "port", "ready_timeout": "ready_timeout",
-        "input_len": "input_len", "output_len": "output_len", "concurrency": "concurrency",
-        "requests_per_round": "requests_per_round", "no_nccl_debug": "nccl_debug",
-        "no_preflight": "preflight", "dataset": "dataset", "no_fast_start": "fast_start",
-        "decide_at": "objective_concurrency"}
+    cli_options: ClassVar[tuple[CliOption, ...]] = CLI_OPTIONS
     cli_selectors: ClassVar[tuple[str, ...]] = ("model",)
     production_port: ClassVar[int | None] = 30000  # SGLang's own default
     multi_node: ClassVar[bool] = True  # --nnodes/--node-rank/--dist-init-addr (multinode.py)

@@ -13,7 +13,8 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from launchers.registry import kinds
+from launchers.options import READY_TIMEOUT
+from launchers.registry import cli_options, kinds
 from search_spaces.searches import DEFAULT as DEFAULT_SEARCH
 from search_spaces.searches import DEFAULT_STAGE, NAMES, STAGE_NAMES, STAGED, default_help
 from search_spaces.space import SpaceError
@@ -83,53 +84,11 @@ def _add_experiment_args(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group("workload")
     w.add_argument("--workload", choices=kinds(),
                    help="default: sglang when --model is given, else the proxy")
-    w.add_argument("--model", help="sglang: model path (or hub id org/name)")
-    w.add_argument("--draft-model", help="sglang: speculative draft model path")
-    w.add_argument("--tp", type=int, help="sglang: tensor parallel size (default: all GPUs)")
-    w.add_argument("--speculative-algorithm", help="sglang: e.g. EAGLE3")
-    w.add_argument("--server-arg", action="append", default=[], metavar="ARGS",
-                   help="extra server arguments (repeatable; shell-split)")
-    w.add_argument("--server-cmd", help="replaces 'sglang serve' (a venv, a container, a stand-in)")
-    w.add_argument("--port", type=int, help="server port (default: a free port per trial, so that "
-                   "experiments never collide; best/launch.sh uses the server's own default)")
-    w.add_argument("--ready-timeout", type=float, help="seconds to wait for readiness")
-    w.add_argument("--stop-grace", type=float, help="seconds between SIGTERM and SIGKILL when "
-                   "a server stops (default 10)")
-    w.add_argument("--dataset", help="sglang: prompts: 'builtin' (real text shipped with "
-                   "Python, the default), 'random' (token ids), or a ShareGPT JSON / custom "
-                   "JSONL file as SGLang's bench reads them")
-    w.add_argument("--input-len", type=int, help="sglang: prompt length in tokens (a cap for "
-                   "text prompts)")
-    w.add_argument("--output-len", type=int, help="sglang: output tokens per request (a cap "
-                   "for a dataset's own lengths)")
-    w.add_argument("--concurrency", help="sglang: concurrency levels, comma list (e.g. 1,4,16):"
-                   " every round measures each level, each level gets its own winner")
-    w.add_argument("--decide-at", type=int, metavar="LEVEL", help="sglang: the level the "
-                   "search optimises and best/launch.sh is for (default: the first)")
-    w.add_argument("--requests-per-round", type=int)
-    w.add_argument("--no-nccl-debug", action="store_true",
-                   help="sglang: no NCCL_DEBUG=INFO logs (no effective-settings check)")
-    w.add_argument("--no-preflight", action="store_true",
-                   help="sglang: skip the check against SGLang's own argument parser")
-    w.add_argument("--no-fast-start", action="store_true",
-                   help="sglang: trials keep SGLang's own warm-up request and prefill CUDA "
-                   "graphs even where the measurement does not use them")
-    w.add_argument("--model-config", help="proxy: shape preset or config.json")
-    w.add_argument("--accept-length-from", metavar="DIR", help="proxy: a server experiment "
-                   "with speculative decoding; its measured accept length per speculative "
-                   "shape drives est_tok_s (without it the proxy ranks no speculative shape)")
-    w.add_argument("--layers", type=int, help="proxy: run N layers and scale")
-    w.add_argument("--batch", type=int, help="proxy: requests in the verify batch")
-    w.add_argument("--kv-len", type=int, help="proxy: KV cache length")
-    w.add_argument("--iters", type=int, help="proxy: graph replays timed per round (default "
-                   "50 on GPU, 10 on CPU)")
-    w.add_argument("--interconnect", choices=["auto", "nvlink", "pcie"],
-                   help="proxy: 'pcie' runs what a PCIe box has on any GPUs "
-                   "(NCCL_P2P_DISABLE=1, SGLang's allreduce rules without NVLink)")
-    w.add_argument("--proxy-comm", choices=["auto", "native", "emulated"],
-                   help="proxy: native runs every collective through the installed SGLang's "
-                   "distributed layer (its dispatch, kernels, thresholds); emulated the proxy's "
-                   "own paths; auto (default): native where SGLang and its kernels import")
+    for option in cli_options():  # each workload's own, declared beside its args
+        w.add_argument(option.flag, **option.argparse)
+        if option is READY_TIMEOUT:  # the engine's, beside the wait it ends
+            w.add_argument("--stop-grace", type=float, help="seconds between SIGTERM and "
+                           "SIGKILL when a server stops (default 10)")
     r = p.add_argument_group("resources")
     r.add_argument("--gpus-per-trial", type=int, help="default: all GPUs of a node")
     r.add_argument("--nodes-per-trial", type=int, default=1, metavar="N",

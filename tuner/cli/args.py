@@ -209,13 +209,14 @@ def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     """The workload's args from the options given: the workload the options select (or
     ``--workload``), each option mapped to its field; an option of another workload is bad
     input."""
-    all_dests = {d for k in kinds() for d in args_model(k).cli_fields}
+    all_dests = {d for k in kinds() for d in args_model(k).cli_fields()}
     if getattr(args, "screen", None):  # --model-config then names the screen's shape
         all_dests.discard("model_config")
     given = [d for d in sorted(all_dests) if _given(args, d)]
     kind = args.workload or kind_for(given)
     model = args_model(kind)
-    foreign = [d for d in given if d not in model.cli_fields]
+    fields = model.cli_fields()
+    foreign = [d for d in given if d not in fields]
     if foreign:
         flags = ", ".join("--" + d.replace("_", "-") for d in foreign)
         raise CliError(f"{flags}: not an option of the {kind} workload")
@@ -228,7 +229,7 @@ def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         value = getattr(args, dest)
         value = convert(value, base) if convert else value
         if value is not None:
-            data[model.cli_fields[dest]] = value
+            data[fields[dest]] = value
     return data
 
 
@@ -292,6 +293,6 @@ def flag_error(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = [str(p) for p in first["loc"] if not str(p).isdigit() and p not in kinds()]
     # a workload field is named by its option (objective_concurrency: --decide-at)
-    option = {field: dest for k in kinds() for dest, field in args_model(k).cli_fields.items()}
+    option = {field: dest for k in kinds() for dest, field in args_model(k).cli_fields().items()}
     flag = "--" + option.get(loc[-1], loc[-1]).replace("_", "-") if loc else "input"
     return f"{flag}: {first['msg']}"
