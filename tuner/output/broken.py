@@ -4,21 +4,22 @@ DIR/broken_environment.json, so ``servetune report`` says it too."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuner.record.files import BROKEN_JSON, read_json, write_json
+from tuner.record.files import BROKEN_JSON
+from tuner.record.info import BrokenRecord, read_record, write_record
 
 TAIL_LINES = 12
 
 
-def write(out_dir: Path, data: dict[str, Any]) -> None:
-    write_json(out_dir / BROKEN_JSON, data)
+def write(out_dir: Path, verdict: BrokenRecord | Mapping[str, Any]) -> None:
+    write_record(out_dir / BROKEN_JSON, BrokenRecord.model_validate(verdict))
 
 
-def load(out_dir: Path) -> dict[str, Any] | None:
-    data = read_json(out_dir / BROKEN_JSON)
-    return data if isinstance(data, dict) else None
+def load(out_dir: Path) -> BrokenRecord | None:
+    return read_record(out_dir / BROKEN_JSON, BrokenRecord)
 
 
 def set_aside(out_dir: Path) -> None:
@@ -27,23 +28,23 @@ def set_aside(out_dir: Path) -> None:
     (out_dir / BROKEN_JSON).unlink(missing_ok=True)
 
 
-def lines(data: dict[str, Any], out_dir: Path) -> list[str]:
+def lines(data: BrokenRecord, out_dir: Path) -> list[str]:
     """One paragraph, then the server log's last lines, then what to do."""
-    trials = [str(t) for t in data.get("trials", [])]
-    first = trials[-1] if data.get("reason") == "baseline" and trials else \
+    trials = data.trials
+    first = trials[-1] if data.reason == "baseline" and trials else \
         (trials[0] if trials else "?")
-    failed = f"{data.get('kind')}: {data.get('message')}"
-    if data.get("reason") == "baseline":
+    failed = f"{data.kind}: {data.message}"
+    if data.reason == "baseline":
         what = f"The baseline (no overrides, trial {first}) failed ({failed})."
     else:
         what = (f"The first {len(trials)} trials ({', '.join(trials)}) all failed the same way "
                 f"({failed}), and they have no setting in common.")
-    hint = f" Hint: {data['hint']}." if data.get("hint") else ""
+    hint = f" Hint: {data.hint}." if data.hint else ""
     paragraph = (f"{what} The environment, not a setting, is broken: the server command, the "
                  "model, the GPUs or the installed software fail whatever the settings, so the "
                  "search stopped here and ruled nothing out." + hint)
     out = ["", paragraph]
-    tail = [ln for ln in str(data.get("log_tail", "")).splitlines() if ln.strip()]
+    tail = [ln for ln in data.log_tail.splitlines() if ln.strip()]
     if tail:
         out.append(f"last lines of {out_dir / first / 'server.log'}:")
         out += [f"    {ln}" for ln in tail[-TAIL_LINES:]]

@@ -29,10 +29,10 @@ from tuner.record.files import (
     RUN_JSON,
     STAGES_JSON,
     SUSPECTS_JSON,
-    read_json,
 )
 from tuner.record.info import (
     BestRecord,
+    BrokenRecord,
     Completed,
     Entry,
     Rejected,
@@ -62,7 +62,7 @@ class Experiment:
     suspects: tuple[Entry, ...] = ()
     rejected: tuple[Rejected, ...] = ()
     completed: tuple[Completed, ...] = ()
-    broken: dict[str, Any] | None = None  # broken_environment.json
+    broken: BrokenRecord | None = None  # broken_environment.json
     _tables: dict[str, tuple[ResultRow, ...]] = field(default_factory=dict, repr=False,
                                                        compare=False)
 
@@ -71,7 +71,6 @@ class Experiment:
         """The folder's records (what is missing is empty)."""
         folder = Path(folder)
         events = read_events(folder / JOURNAL)
-        broken = read_json(folder / BROKEN_JSON)
         return cls(folder, events, fold(events),
                    read_record(folder / CONFIRM_JSON, ConfirmRecord),
                    read_record(folder / RUN_JSON, RunInfo), read_stages(folder / STAGES_JSON),
@@ -80,7 +79,7 @@ class Experiment:
                    read_entries(folder / SUSPECTS_JSON, Entry),
                    read_entries(folder / REJECTED, Rejected),
                    read_entries(folder / COMPLETED, Completed),
-                   broken if isinstance(broken, dict) else None)
+                   read_record(folder / BROKEN_JSON, BrokenRecord))
 
     @classmethod
     def journal(cls, folder: Path) -> Experiment:

@@ -22,6 +22,7 @@ INPUTS_JSON = "inputs.json"  # what the workload measures with (its prompts)
 BROKEN_JSON = "broken_environment.json"  # why the search stopped: the environment
 SUSPECTS_JSON = "suspects.json"  # failed, not ruled out
 COMPLETED = "completed.jsonl"  # suggestions completed with the baseline's partners
+PLAN_JSON = "plan.json"  # a trial's launch plan: its command and environment
 TRIAL_JSON = "trial.json"  # a trial's own record (launchers.base.TrialRecord)
 EFFECTIVE_JSON = "effective.json"  # what NCCL ran in a trial
 PROFILE_DIR = "profile"  # servetune profile's outputs

@@ -35,6 +35,18 @@ class StageRecord(Frozen):
     pins: dict[str, Any] | None = None
 
 
+class BrokenRecord(Record):
+    """broken_environment.json: why the search stopped (the environment, not a setting, is
+    broken: ``tuner.decide.environment.Broken``) and the evidence."""
+
+    reason: str = "baseline"  # "baseline" or "streak"
+    kind: str | None = None
+    message: str = ""
+    log_tail: str = ""
+    hint: str = ""
+    trials: list[str] = Field(default_factory=list)
+
+
 class LevelBest(Frozen):
     level: int | None = None
     metric: str | None = None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.record.events import FailureInfo
-from tuner.record.files import EFFECTIVE_JSON, FAILURE_JSON, TRIAL_JSON, write_json
+from tuner.record.files import EFFECTIVE_JSON, FAILURE_JSON, PLAN_JSON, TRIAL_JSON, write_json
 
 ENDED = ("ok", "stopped", "failed")
 
@@ -48,6 +48,11 @@ def read_effective(folder: Path) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def write_plan(folder: Path, plan: Mapping[str, Any]) -> None:
+    """The trial's plan.json (``launchers.base.LaunchPlan.to_json``), before it launches."""
+    write_json(folder / PLAN_JSON, dict(plan))
 
 
 def write_effective(folder: Path, effective: Mapping[str, Any]) -> None:

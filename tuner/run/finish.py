@@ -24,7 +24,7 @@ from tuner.record.confirm import ConfirmRecord
 from tuner.record.events import EndEvent
 from tuner.record.experiment import Experiment
 from tuner.record.files import BEST_DIR, RESULTS_CSV
-from tuner.record.info import BestRecord
+from tuner.record.info import BestRecord, BrokenRecord
 from tuner.run.profile import after_run
 from tuner.search.memory import FailureMemory
 from tuner.setup import Print, Setup
@@ -106,7 +106,7 @@ def write_reports(setup: Setup, df: pd.DataFrame,
 
 def finish(setup: Setup, *, interrupted: bool, echo: Print,
            confirm_data: ConfirmRecord | Mapping[str, Any] | None = None,
-           broken_environment: dict[str, Any] | None = None) -> RunOutcome:
+           broken_environment: BrokenRecord | None = None) -> RunOutcome:
     out: Path = setup.out_dir
     df = table(setup)
     lines = summary_lines(search_rows(df), setup.objective, list(setup.space.domains))

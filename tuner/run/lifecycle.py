@@ -12,7 +12,6 @@ a step fails, so that the caller can record it.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,8 +20,7 @@ from types import TracebackType
 from launchers import gpu, process
 from launchers.base import LaunchPlan, Running, TrialContext, Workload
 from search_spaces.knobs import Value
-
-PLAN_FILE = "plan.json"
+from tuner.record.trial_file import write_plan
 
 
 @dataclass(frozen=True)
@@ -60,7 +58,7 @@ class Launch:
         ctx, folder = self.ctx, self.ctx.trial_dir
         folder.mkdir(parents=True, exist_ok=True)
         self.plan = self.workload.plan(self.config, ctx)
-        (folder / PLAN_FILE).write_text(json.dumps(self.plan.to_json(), indent=1, default=str))
+        write_plan(folder, self.plan.to_json())
         self.warnings += self.workload.preflight(self.plan, ctx) or []
         if ctx.gpu_ids:
             self._gpus_before = gpu.wait_clean(ctx.gpu_ids, self.limits.gpu_clean_timeout)
