@@ -38,9 +38,9 @@ __all__ = ["Candidate", "attach", "candidates", "comparisons", "decide_confirmed
 
 
 def _column(rows: Sequence[ResultRow], name: str) -> list[float | None]:
-    if not any(name in r for r in rows):
+    if not any(r.has(name) for r in rows):
         return []
-    return [finite(r.get(name)) for r in rows]
+    return [finite(r.cell(name)) for r in rows]
 
 
 def summarize(cand: Candidate, ids: Sequence[str], table: Rows,

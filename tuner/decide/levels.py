@@ -37,14 +37,14 @@ def candidates_at(table: Rows, cands: Sequence[Candidate], level: int | None,
 
     def at(cand: Candidate) -> Candidate:
         row = search.get(cand.source_trial) if cand.source_trial else None
-        score = finite(row.get(column)) if row is not None else None
+        score = finite(row.cell(column)) if row is not None else None
         return Candidate(cand.label, cand.config, cand.source_trial, score)
 
     others = [at(c) for c in cands[1:] if c.source_trial in within]
     others = sorted((c for c in others if c.search_score is not None),
                     key=lambda c: c.search_score or 0.0, reverse=objective.mode == "max")
     base = search.get(cands[0].source_trial or "") if cands else None
-    broken = base.get(level_key(BREAKS, level, objective)) if base is not None else None
+    broken = base.cell(level_key(BREAKS, level, objective)) if base is not None else None
     base_breaks = [b for b in str(broken).split("; ") if b] if isinstance(broken, str) else []
     return [at(cands[0]), *others] if cands else [], base_breaks
 

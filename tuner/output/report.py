@@ -97,7 +97,7 @@ def facts(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None,
     how += [["not launched", line.partition(": ")[2]] for line in proposals.lines(exp)]
     how += [["partners completed", line.partition(": ")[2]] for line in partners.lines(exp)]
     notes += proposals.refusals(exp)
-    if any(r.get(WEIGHTS) == DUMMY for r in rows):
+    if any(r.cell(WEIGHTS) == DUMMY for r in rows):
         notes.append(f"random weights: {LIMIT}")
     startup, campaign = readiness.section(df, exp)
     ruled, suspects = failure_memory.load(exp)
@@ -133,12 +133,12 @@ def top_table(rows: Sequence[ResultRow], setup: Setup, top_n: int) -> Table:
     ids = {r.trial_id for r in order}
     for row in [*order, *(r for r in search if r.baseline and r.trial_id not in ids)]:
         config, ran = row_configs(row.flat(), knobs)
-        config.update({WEIGHTS: DUMMY} if row.get(WEIGHTS) == DUMMY else {})
+        config.update({WEIGHTS: DUMMY} if row.cell(WEIGHTS) == DUMMY else {})
         label = " (baseline)" if row.baseline else ""
-        broken = row.get(BREAKS)
+        broken = row.cell(BREAKS)
         top.append([row.trial_id + label, row.status, _cell(row.score),
                     f"{row.speedup:.3f}x" if row.speedup is not None else "-",
-                    _cell(row.get("verify_ms")), settings_text(config, knobs, ran),
+                    _cell(row.cell("verify_ms")), settings_text(config, knobs, ran),
                     *([_cell(broken) if isinstance(broken, str) else "kept"]
                       if limited else [])])
     return top
@@ -176,7 +176,7 @@ def level_table(setup: Setup, df: pd.DataFrame, confirm_data: Confirm | None
         if entry:
             figure = f"{column} {entry.objective.text()}"
         else:
-            figure = f"{column} {_cell(row.get(column))}" if row is not None and column in row \
+            figure = f"{column} {_cell(row.cell(column))}" if row is not None and row.has(column) \
                 else "-"
         config = d.config
         table.append([f"{level}{' (--decide-at)' if level == setup.objective.decide_at else ''}",

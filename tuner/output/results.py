@@ -120,7 +120,7 @@ def summary_lines(df: typed.Rows, objective: Objective, knobs: list[str], top: i
         asked, ran = row_configs(row.flat(), knobs)
         changed = settings_text(asked, knobs, ran)
         label = " (baseline)" if row.baseline else ""
-        label += " [dummy weights]" if row.get(WEIGHTS) == "dummy" else ""
+        label += " [dummy weights]" if row.cell(WEIGHTS) == "dummy" else ""
         score = f"{row.score:.4g}" if row.score is not None else "-"
         speed = f"{row.speedup:.3f}x" if row.speedup is not None else "-"
         lines.append(f"{row.trial_id:<14} {row.status:<8} {score:>12} {speed:>8}  "
@@ -132,7 +132,7 @@ def summary_lines(df: typed.Rows, objective: Objective, knobs: list[str], top: i
         lines.append(f"limits: {', '.join(lim.text() for lim in objective.limits)}; "
                      f"{len(outside)} trial(s) outside them, never chosen")
         for row in outside[:top]:
-            lines.append(f"  {row.trial_id}: {row.get(BREAKS)}")
+            lines.append(f"  {row.trial_id}: {row.cell(BREAKS)}")
     failed = [r for r in rows if r.failure_kind is not None]
     if failed:
         kinds = Counter(r.failure_kind for r in failed)

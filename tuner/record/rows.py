@@ -62,16 +62,26 @@ class ResultRow(Frozen):
         """Completed every round with a score."""
         return self.status == "ok" and self.score is not None
 
+    def has(self, column: str) -> bool:
+        """Whether the table has the column (a field, or a metric some trial reported)."""
+        return column in type(self).model_fields or column in (self.model_extra or {})
+
+    def cell(self, column: str) -> Any:
+        """A column's value: a field's, or a metric's mean over the rounds (None: none)."""
+        if column in type(self).model_fields:
+            return getattr(self, column)
+        return (self.model_extra or {}).get(column)
+
     def value(self, column: str) -> float | None:
         """A numeric column's value; None when empty or not a number."""
-        value = self.get(column)
+        value = self.cell(column)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
         return None if math.isnan(value) else float(value)
 
     def within(self, level: int | None = None, objective: Objective | None = None) -> bool:
         """Whether the row keeps the limits (at ``level``); True without limit columns."""
-        value = self.get(WITHIN if objective is None else level_key(WITHIN, level, objective))
+        value = self.cell(WITHIN if objective is None else level_key(WITHIN, level, objective))
         return value is not False and value != "False"
 
     def flat(self) -> dict[str, Any]:

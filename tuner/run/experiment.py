@@ -146,7 +146,7 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
         confirmed = None
         if not interrupted and environment is None:  # the confirm stage, the reference
             confirmed = confirm.run_stage(setup, resources, slots, echo=echo)
-            interrupted = bool(confirmed.get("interrupted"))
+            interrupted = confirmed.interrupted
     return finish.finish(setup, interrupted=interrupted, echo=echo, confirm_data=confirmed,
                          broken_environment=environment)
 
