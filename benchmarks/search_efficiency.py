@@ -32,7 +32,7 @@ random search with the failure memory there, median trials no more than Optuna's
 failure memory, no innocent setting ruled out, a setting that always fails launched at most
 twice in a run; a goal whose runs were not made says so.
 
-    python -m benchmarks.search_efficiency [--seeds 20] [--budgets sized 12 40 120]
+    python -m benchmarks.search_efficiency [--seeds 20] [--first-seed 0] [--budgets sized 12 40 120]
         [--landscapes bench founding table:PATH ...] [--strategies auto optuna+fa ...]
 
 Default landscapes: every named one, and ``table:`` for each CSV in benchmarks/results/landscapes.
@@ -331,6 +331,8 @@ def budgets_for(landscape: Landscape, wanted: Sequence[str]) -> list[tuple[int, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first seed (a hold-out: --first-seed 20 --seeds 80)")
     parser.add_argument("--budgets", "--budget", nargs="+", default=[SIZED, "12", "40", "120"],
                         help=f"trials per run at most, or '{SIZED}' (the default's sized budget "
                              f"for each landscape's space); one block of runs per budget")
@@ -347,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("tuner.search.filtering").propagate = False
 
     print(machine())
-    print(f"{args.seeds} seeds, budgets {', '.join(map(str, args.budgets))} trials, "
+    print(f"{args.seeds} seeds from {args.first_seed}, budgets {', '.join(map(str, args.budgets))} trials, "
           f"{args.rounds} rounds per trial, noise {args.noise:g}; searchers driven directly as "
           f"Ray drives them; first/picked: median [p10, p90] (nearest rank), reached: runs "
           f"within the budget (first, picked), failing: most launches of one always-failing "
@@ -371,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                 for strategy in args.strategies:
                     runs[strategy] = [run_search(landscape, strategy, seed, budget,
                                                  args.rounds, args.noise, out_dir)
-                                      for seed in range(args.seeds)]
+                                      for seed in range(args.first_seed,
+                                                        args.first_seed + args.seeds)]
                     print(row(strategy, runs[strategy], budget, bool(landscape.culprits)),
                           flush=True)
                 verdict.add(landscape.name, budget, runs, sized)

@@ -48,7 +48,16 @@ from ray.tune.search import Searcher
 from search_spaces import knobs
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
-from tuner.search.auto_model import BASELINE, MODEL, SWEEP, Entry, Model, ModelPhase, default_model
+from tuner.search.auto_model import (
+    BASELINE,
+    MODEL,
+    SWEEP,
+    TIE,
+    Entry,
+    Model,
+    ModelPhase,
+    default_model,
+)
 from tuner.search.base import OwnSpaceSearcher
 from tuner.search.keys import Config, config_key
 from tuner.search.levers import lever_order, probe, runnable, spanned, ties, value_order
@@ -58,7 +67,6 @@ from tuner.search.refine import Refine
 __all__ = ["BASELINE", "MODEL", "SWEEP", "AutoSearcher", "Model", "default_model"]
 
 MOVE = 0.01  # the smallest gain (log units) that counts as the best point moving
-TIE = 2.0  # values within this many times the noise of a lever's best tie with it
 EARLY_JOINT = 1  # joint draws after the first pass, before a repeat pass
 
 

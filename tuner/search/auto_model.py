@@ -1,7 +1,8 @@
 """The default search's model phase (auto.py step 4): once the sweeps are done, proposals
 for what one lever at a time cannot find, settings that pay off only together. They take
 turns: a joint draw (the best point with every lever drawn at once from the values its last
-sweep could not tell from its best, within twice the noise; a lever with one clear best
+sweep, or the run's one-lever pairs pooled, could not tell from its best, within twice the
+noise; a lever with one clear best
 keeps it, and a lever's unset value is drawn only where it has no tied other: levers that
 each cost a little alone and pay together are set together; of JOINT_DRAWS such draws, the
 one with the most pairs of settings no trial has had together), then the model
@@ -22,10 +23,12 @@ from search_spaces.space import SearchSpace
 from tuner.search.keys import Config
 from tuner.search.levers import joint_draw, newest, probe
 from tuner.search.model import TPEModel
+from tuner.search.pairs import pooled_ties
 
 BASELINE, SWEEP, MODEL = "baseline", "sweep", "model"  # a trial's phase
 NEAR = 2  # the model's point is first sought within this many levers of the best point
 JOINT_DRAWS = 50  # draws tried for a new joint point before TPE's turn comes early
+TIE = 2.0  # values within this many times the noise of a lever's best tie with it
 # the model phase's proposals in turn, from the second: joint draws half of them, TPE a
 # third, a draw from anywhere (_explore_point) a sixth
 TURNS = ("explore", "joint", "model", "joint", "model", "joint")
@@ -59,6 +62,13 @@ class ModelPhase:
     finished: dict[str, Entry]
 
     # provided by AutoSearcher
+    @property
+    def _sign(self) -> float:
+        raise NotImplementedError
+
+    def _noise(self) -> float:
+        raise NotImplementedError
+
     def _direction(self) -> str:
         raise NotImplementedError
 
@@ -104,9 +114,16 @@ class ModelPhase:
 
     def _joint_point(self) -> Config | None:
         """The best point with every lever drawn at once from the values its sweep could not
-        tell apart (levers that pay only together, each alone within the noise or slightly
-        worse, are set together; a lever with one clear best keeps it)."""
+        tell apart, or the run's one-lever pairs, pooled, could not (pairs.pooled_ties: a value
+        one sweep measured low by the noise alone is still drawn): levers that pay only
+        together, each alone within the noise or slightly worse, are set together; a lever
+        with one clear best keeps it."""
         best, choices = self.best(), {lever: self.ties(lever) for lever in self.swept}
+        pooled = pooled_ties(self.space.domains, [(c, v) for c, v, _ in self._measured() if v],
+                             self._sign, TIE * self._noise())
+        for lever, values in pooled.items():
+            if lever in choices:
+                choices[lever] += [v for v in values if v not in choices[lever]]
         drawn = [point for _ in range(JOINT_DRAWS)
                  if (point := joint_draw(self.space, best, choices, self.rng)) is not None
                  and self._new(point)]

@@ -6,6 +6,7 @@ the other levers' settings cancel out of each comparison. No Ray here.
 
 - ``pooled_effects``: per lever, each value's effect (log units, better positive) by least
   squares on its pairs' differences, pulled toward no effect by a ridge;
+- ``pooled_ties``: per lever, the values those effects cannot tell from its best one;
 - ``combined_point``: a point with every lever at the value those effects rank above the
   point's own (greedily, largest first, skipping what breaks a rule of the space): settings
   that each won by less than the noise, measured one at a time, tried together;
@@ -83,6 +84,17 @@ def pooled_effects(names: Iterable[str], measured: Measured, sign: float,
             right[i] += diff
             right[j] -= diff
         out[name] = dict(zip(values, _solve(normal, right), strict=True))
+    return out
+
+
+def pooled_ties(names: Iterable[str], measured: Measured, sign: float, width: float
+                ) -> dict[str, list[Value]]:
+    """Per lever with pairs, the values whose pooled effect is within ``width`` (log units)
+    of the lever's best one."""
+    out = {}
+    for name, effects in pooled_effects(names, measured, sign).items():
+        top = max(effects.values())
+        out[name] = [v for v, e in effects.items() if top - e <= width]
     return out
 
 
