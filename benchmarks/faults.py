@@ -46,7 +46,7 @@ import psutil
 from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
 from launchers.process import LOCALHOST, Marked, free_port
 from simulator.runs import Experiment, Result, ray_tmpdir, stand_in
-from tuner.output.files import BROKEN_JSON
+from tuner.record.files import BROKEN_JSON
 
 
 @dataclass

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from launchers.process import Marked, kill_processes, marked_processes
-from tuner.output.files import JOURNAL, read_journal
+from tuner.record.files import JOURNAL, read_journal
 from tuner.spec import ExperimentSpec
 
 ROOT = Path(__file__).resolve().parents[1]

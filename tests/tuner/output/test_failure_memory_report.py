@@ -11,9 +11,9 @@ from typing import Any
 
 from launchers.sglang.launcher import SGLangArgs
 from tuner.output import partners, ruled_out
-from tuner.output.files import JOURNAL, RULED_OUT_JSON
 from tuner.output.report import facts, markdown
 from tuner.output.results import build_table
+from tuner.record.files import JOURNAL, RULED_OUT_JSON
 from tuner.run import finish
 from tuner.search.memory import FailureMemory
 from tuner.setup import Setup, prepare

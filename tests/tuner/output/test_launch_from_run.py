@@ -16,10 +16,10 @@ from launchers.sglang.launcher import SGLangArgs
 from search_spaces.knobs import DUMMY, WEIGHTS, Value
 from tests.tuner.output.launch_words import flags, script
 from tuner.output import exports, proposals
-from tuner.output.files import JOURNAL, REJECTED
 from tuner.output.progress import settings_text
 from tuner.output.ran import row_configs
 from tuner.output.results import build_table, summary_lines
+from tuner.record.files import JOURNAL, REJECTED
 from tuner.setup import Setup, prepare
 from tuner.spec import ExperimentSpec
 

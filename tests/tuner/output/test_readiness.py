@@ -13,8 +13,8 @@ from PIL import Image
 from launchers.sglang.launcher import SGLangArgs
 from search_spaces.knobs import DUMMY, WEIGHTS
 from tuner.output import readiness, report
-from tuner.output.files import JOURNAL
 from tuner.output.results import build_table, configs, summary_lines
+from tuner.record.files import JOURNAL
 from tuner.setup import prepare
 from tuner.spec import ExperimentSpec, Objective
 from tuner.weights import LIMIT

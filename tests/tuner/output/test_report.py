@@ -18,8 +18,8 @@ from launchers.proxy.launcher import ProxyArgs
 from tuner import cli
 from tuner.decide import confirm
 from tuner.output import confirm_text
-from tuner.output.files import JOURNAL
 from tuner.output.plots import time_split
+from tuner.record.files import JOURNAL
 from tuner.spec import ExperimentSpec
 
 BASE: dict[str, Any] = {}  # the space's baseline, filled in by the fixture

@@ -9,7 +9,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tuner.output.files import JOURNAL, append_jsonl
 from tuner.output.results import (
     best_row,
     build_table,
@@ -18,6 +17,7 @@ from tuner.output.results import (
     search_rows,
     summary_lines,
 )
+from tuner.record.files import JOURNAL, append_jsonl
 from tuner.spec import Objective
 
 OBJ = Objective("tok_s", "max", 2)

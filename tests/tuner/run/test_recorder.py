@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from search_spaces.knobs import Value
-from tuner.output.files import JOURNAL, RESULTS_CSV, read_journal
+from tuner.record.files import JOURNAL, RESULTS_CSV, read_journal
 from tuner.run.recorder import Recorder
 from tuner.spec import Objective
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from search_spaces.space import SearchSpace
-from tuner.output.files import JOURNAL, append_jsonl
+from tuner.record.files import JOURNAL, append_jsonl
 from tuner.run.replay import replay, search_state
 from tuner.search.filtering import FilteringSearcher
 from tuner.search.space_searcher import SpaceSearcher
