@@ -99,6 +99,7 @@ class AutoSearcher(Refine, ModelPhase, OwnSpaceSearcher):
         # result that beat the best measured (MODEL, a revert's lever or CONSENSUS for others)
         self.revert: list[tuple[str, Value]] = []  # after a model move: the old best's values
         self.anchor: tuple[Config, float] | None = None  # the point the reverts build on
+        self.reverted: dict[str, tuple[str, Value, float, float | None]] = {}  # its reverts
         self.refined: dict[str, str] = {}  # revert or consensus trial -> its lever, CONSENSUS
         self.last_consensus = 0  # launches when the last combined point was proposed
         self.index_of: dict[str, int] = {}  # trial -> launch index

@@ -12,7 +12,11 @@ moves), for AutoSearcher, which holds the state named here. No Ray here.
 - Reverts: a model-phase point that moved the best point (a joint draw sets every lever at
   once) has each lever it changed set back to the old best's value, one at a time, the one
   whose new value cost most in its last sweep first; each builds on the best of the chain
-  so far (the anchor). The settings that paid stay, the rest go back.
+  so far (the anchor). The settings that paid stay, the rest go back. When the chain ends,
+  the anchor with every revert that measured within the noise of its anchor or above it, set
+  back together (REVERTS): the best point a joint draw found is one measurement, likely high
+  by about the noise (it was picked as the best of many), so a revert that ties it is as
+  likely a gain, and the levers whose reverts each tie are tried together.
 - The combined point (pairs.combined_point): every lever at the value the run's one-lever
   pairs, pooled, rank above the best point's own, tried when the sweeps end and every
   CONSENSUS_EVERY launches of a repeat pass (gains below the noise, each measured alone,
@@ -31,6 +35,7 @@ from tuner.search.levers import lever_order, runnable, value_order
 from tuner.search.pairs import combined_point, local_shortfall
 
 CONSENSUS = "consensus"  # a trial of the combined point
+REVERTS = "reverts"  # a trial of the chain's tying reverts set together
 CONSENSUS_EVERY = 3  # a repeat pass tries the combined point every this many launches
 TIE_SHORTFALL = 2.0  # a value no sweep measured counts as this many times the noise below
 
@@ -46,6 +51,9 @@ class Refine:
     swept: dict[str, dict[Value, float | None]]
     revert: list[tuple[str, Value]]
     anchor: tuple[Config, float] | None
+    reverted: dict[str, tuple[str, Value, float, float | None]]  # revert trial -> lever,
+    # value, its anchor's measured value, what it measured against that (log units, better
+    # positive; None until its result is in)
     refined: dict[str, str]
     last_consensus: int
     phase_of: dict[str, str]
@@ -121,15 +129,32 @@ class Refine:
     # ------------------------------------------------------------ reverts
     def _revert_point(self, trial_id: str) -> Config | None:
         """The next revert: the anchor with one lever back at the old best's value (only
-        where that runs as it is)."""
+        where that runs as it is); once the chain is done, its tying reverts together."""
         while self.revert and self.anchor is not None:
             name, value = self.revert.pop(0)
             point = runnable(self.space, {**self.anchor[0], name: value})
             if (self.anchor[0].get(name) != value and point is not None
                     and point.get(name) == value and self._new(point)):
                 self.refined[trial_id] = name
+                self.reverted[trial_id] = (name, value, self.anchor[1], None)
                 return self._launch(trial_id, point, SWEEP)  # a one-lever probe
-        return None
+        return self._reverts_together(trial_id)
+
+    def _reverts_together(self, trial_id: str) -> Config | None:
+        """The anchor with every lever whose revert measured within the noise of its anchor
+        (or above it) set back at once, where that is two levers or more and new."""
+        done, self.reverted = self.reverted, {}
+        if self.anchor is None or not done:
+            return None
+        noise = self._noise()
+        tying = {name: value for name, value, _, gain in done.values()
+                 if gain is not None and gain >= -noise}
+        changed = {n: v for n, v in tying.items() if self.anchor[0].get(n) != v}
+        point = runnable(self.space, {**self.anchor[0], **changed})
+        if len(changed) < 2 or point is None or not self._new(point):
+            return None
+        self.refined[trial_id] = REVERTS
+        return self._launch(trial_id, point, MODEL)
 
     def _ratio(self, lever: str, value: Value, around: Config) -> float:
         """What ``value`` of ``lever`` measured in its last sweep against ``around``'s value
@@ -143,10 +168,16 @@ class Refine:
     def _refine_after(self, trial_id: str, config: Config, value: float, moved: bool) -> None:
         """A result in: a model-phase point that moved the best point (``moved``) queues its
         reverts; a revert that beat the anchor becomes the anchor."""
+        if trial_id in self.reverted:
+            name, back, against, _ = self.reverted[trial_id]
+            gain = (self._sign * (math.log(value) - math.log(against))
+                    if value > 0 and against > 0 else -math.inf)
+            self.reverted[trial_id] = (name, back, against, gain)
         if moved and self.phase_of.get(trial_id) == MODEL and trial_id not in self.refined:
             old = self.best()  # the result is not among the finished yet
             self.anchor = (dict(config), value)
             changed = [n for n in self.space.domains if config.get(n) != old.get(n)]
+            self.reverted = {}
             self.revert = [(n, old.get(n)) for n in
                            sorted(changed, key=lambda n: self._ratio(n, config.get(n), old))]
         elif (self.anchor is not None and trial_id in self.refined
