@@ -34,6 +34,6 @@ def test_run_profile(tmp_path: Path) -> None:
     assert json.loads((out / "servetune.json").read_text())["profile"] is True
     summary = profile_summary(out)
     assert summary is not None, done.stdout[-3000:]
-    labels = [e["label"] for e in summary["entries"]]
-    assert labels[0] == "baseline" and all(e["status"] == "ok" for e in summary["entries"])
+    labels = [e.label for e in summary.entries]
+    assert labels[0] == "baseline" and all(e.status == "ok" for e in summary.entries)
     assert "baseline: verify " in done.stdout and (out / "profile" / "breakdown.png").is_file()

@@ -17,30 +17,12 @@ VERSION_KEY = "schema_version"
 
 
 class Frozen(BaseModel):
-    """A typed part of a record: immutable, unknown keys kept (``model_extra``), a numeric
-    id read as the string it was (trial ids are strings: "52e91234" and "1e5" too)."""
+    """A typed part of a record: immutable, read by attribute, unknown keys kept
+    (``model_extra``), a numeric id read as the string it was (trial ids are strings:
+    "52e91234" and "1e5" too). ``dump`` gives the mapping its file holds."""
 
     model_config = ConfigDict(frozen=True, extra="allow", coerce_numbers_to_str=True,
                               populate_by_name=True)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """A field or a kept key by its name on disk, as a mapping's ``get`` would give it
-        (the record reads as the mapping its file holds, for code that formats it)."""
-        fields = type(self).model_fields
-        if name in fields and fields[name].alias in (None, name):
-            return getattr(self, name)
-        for field_name, info in fields.items():
-            if info.alias == name:
-                return getattr(self, field_name)
-        return (self.model_extra or {}).get(name, default)
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self.keys():
-            raise KeyError(name)
-        return self.get(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.keys()
 
     def __eq__(self, other: object) -> bool:
         """Equal to a record of its kind with the same content, or to the mapping its file
@@ -50,11 +32,6 @@ class Frozen(BaseModel):
         return super().__eq__(other)
 
     __hash__ = BaseModel.__hash__
-
-    def keys(self) -> list[str]:
-        """The names on disk of the fields and kept keys (``**record`` works as on a dict)."""
-        fields = [info.alias or name for name, info in type(self).model_fields.items()]
-        return [*fields, *(self.model_extra or {})]
 
     def dump(self) -> dict[str, Any]:
         """The record as its file holds it: the keys it was given (none filled in from

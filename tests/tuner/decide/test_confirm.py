@@ -183,9 +183,9 @@ def test_where_speculative_decoding_loses_the_decision_serves_without_it(tmp_pat
     lost = {"decision": decision, "speculative": {"pays_off": False}}
     serving, decided = served(setup, lost)
     assert serving.spec.workload.speculative_algorithm is None  # type: ignore[union-attr]
-    assert decided["config"] == {"NCCL_ALGO": "Tree", "--speculative-num-steps": None}
-    assert decided["label"] == "top 1 without speculative decoding"
-    assert "serve without it" in decided["text"] and decided["speculative"] is False
+    assert decided.config == {"NCCL_ALGO": "Tree", "--speculative-num-steps": None}
+    assert decided.label == "top 1 without speculative decoding"
+    assert "serve without it" in decided.text and decided.speculative is False
     for pays_off in (True, None):
         kept = served(setup, {"decision": decision, "speculative": {"pays_off": pays_off}})
         assert kept == (setup, decision)

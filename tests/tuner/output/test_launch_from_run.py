@@ -103,9 +103,9 @@ def test_launch_sh_is_the_users_command_plus_the_winners_diff(tmp_path: Path,
     assert env == {"NCCL_NVLS_ENABLE": "0"} and unset == []
     text = (setup.out_dir / "best" / "launch.sh").read_text()
     assert "# --speculative-num-draft-tokens 6: what the trial's server resolved 2" in text
-    assert best["config"]["--speculative-num-draft-tokens"] == 2
-    assert best["served_config"]["--speculative-num-draft-tokens"] == 6
-    assert best["argv"] == argv
+    assert best.config["--speculative-num-draft-tokens"] == 2
+    assert best.served_config["--speculative-num-draft-tokens"] == 6
+    assert best.argv == argv
 
 
 def test_launch_sh_of_a_trial_never_resolved_is_the_asked_config(tmp_path: Path) -> None:

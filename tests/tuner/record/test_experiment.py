@@ -87,7 +87,7 @@ def test_the_frame_and_back_keep_trial_ids_strings(folder: Path) -> None:
     assert back[0].baseline is True and back[0].score == 11.0
     assert [r.trial_id for r in rows_of(df)] == ["52e91234", "1e5", "inf", "00042"]
     def cells(rows: list[ResultRow]) -> list[tuple]:
-        return [(r.trial_id, r.status, r.score, r.speedup, r.get("tok_s"), r.get("NCCL_PROTO"))
+        return [(r.trial_id, r.status, r.score, r.speedup, r.cell("tok_s"), r.cell("NCCL_PROTO"))
                 for r in rows]
 
     assert cells(rows_of(frame(exp.rows(OBJ, BASE)))) == cells(list(exp.rows(OBJ, BASE)))

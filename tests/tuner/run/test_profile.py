@@ -64,18 +64,18 @@ def test_profile_baseline_and_best(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "baseline (t0000)" in (root / "breakdown.txt").read_text()  # from results.csv
 
     summary = profile_summary(spec.out_dir)
-    assert summary is not None and summary["workload"] == "proxy" and summary["steps"] == 2
-    assert summary["plot"] == str((root / "breakdown.png").absolute())
-    base, best = summary["entries"]
-    assert (base["label"], base["trial_id"], best["label"], best["trial_id"]) == \
+    assert summary is not None and summary.workload == "proxy" and summary.steps == 2
+    assert summary.plot == str((root / "breakdown.png").absolute())
+    base, best = summary.entries
+    assert (base.label, base.trial_id, best.label, best.trial_id) == \
         ("baseline", "t0000", "best", "t0007")
     for e in (base, best):
-        assert e["status"] == "ok" and e["failure_kind"] is None
-        assert e["sentence"].startswith("verify ") and e["ranks"] == 2 and e["steps"] == 2
-        assert e["step_ms"] == pytest.approx(e["communication_ms"] + e["compute_ms"]
-                                             + e["other_ms"])
-        assert e["collective_ms"] > 0 and e["compute_ms"] > 0  # gloo and CPU matmuls
-        assert e["measured_verify_ms"] > 0 and e["device"] == "cpu"
+        assert e.status == "ok" and e.failure_kind is None
+        assert e.sentence is not None and e.sentence.startswith("verify ")
+        assert e.ranks == 2 and e.steps == 2
+        assert e.step_ms == pytest.approx(e.communication_ms + e.compute_ms + e.other_ms)
+        assert e.collective_ms > 0 and e.compute_ms > 0  # gloo and CPU matmuls
+        assert e.measured_verify_ms > 0 and e.device == "cpu"
     doc = json.loads((root / "profile.json").read_text())
     assert doc["entries"][1]["config"]["NCCL_ALGO"] == "allreduce:ring"
     assert doc["entries"][1]["config"]["NCCL_NVLS_ENABLE"] == 0  # completed with the pins
@@ -89,7 +89,7 @@ def test_profile_a_given_config_only(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 0
     summary = profile_summary(spec.out_dir)
     assert summary is not None
-    assert [e["label"] for e in summary["entries"]] == ["simple"]
+    assert [e.label for e in summary.entries] == ["simple"]
     assert "simple: verify " in capsys.readouterr().out
 
 

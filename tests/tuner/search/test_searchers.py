@@ -131,7 +131,7 @@ def test_staged_search_pins_each_stage_winner() -> None:
             assert point["NCCL_ALGO"] == searcher.winners["NCCL_ALGO"]
         i += 1
     assert stages_seen[0] == "baseline"
-    assert [h["stage"] for h in searcher.history][:2] == ["baseline", "allreduce"]
+    assert [h.stage for h in searcher.history][:2] == ["baseline", "allreduce"]
     assert searcher.winners["NCCL_ALGO"] == "allreduce:tree"
     assert objective.metric == "tok_s"
 

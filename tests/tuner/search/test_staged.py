@@ -58,7 +58,7 @@ def test_a_later_stage_that_moves_the_best_point_sends_the_search_back() -> None
     searcher = _staged(14)
     launched = _run(searcher, 14)
     assert len(launched) == 14  # the whole budget, not one pass and out
-    passes = [(h["stage"], h["pass"]) for h in searcher.history]
+    passes = [(h.stage, h.pass_) for h in searcher.history]
     assert passes[:4] == [("baseline", 1), ("protocol", 1), ("channels", 1),
                           ("speculative", 1)]
     assert ("protocol", 2) in passes  # 8 draft tokens moved the best: protocol again

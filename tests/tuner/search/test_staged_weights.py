@@ -80,9 +80,9 @@ def test_each_stage_adds_its_own_weights_and_no_winner_carries_them() -> None:
     assert WEIGHTS not in searcher.winners
     assert searcher.winners == {"NCCL_ALGO": "allreduce:tree", "NCCL_MAX_NCHANNELS": 4,
                                 "--speculative-num-steps": 2}
-    assert [h.get("pins") for h in searcher.history] == [DUMMY_PINS] * 3 + [REAL_PINS] \
+    assert [h.pins for h in searcher.history] == [DUMMY_PINS] * 3 + [REAL_PINS] \
         + [DUMMY_PINS]
-    assert [h["pass"] for h in searcher.history] == [1, 1, 1, 1, 2]
+    assert [h.pass_ for h in searcher.history] == [1, 1, 1, 1, 2]
 
 
 def test_a_stage_on_other_weights_remeasures_the_winner_it_carries_over(tmp_path: Path
@@ -113,7 +113,7 @@ def test_a_winner_measured_on_other_weights_is_not_compared() -> None:
     were compared; it is not, so the stage's best shape wins."""
     searcher = _staged()
     _run(searcher, dummy_offset=-2.0)
-    winner = searcher.history[3]["winner"]
+    winner = searcher.history[3].winner
     assert searcher.stage_of[winner] == "speculative"
     assert searcher.winners["--speculative-num-steps"] == 2
     alike = _staged({**PINS, "speculative": DUMMY_PINS})  # measured alike: compared
@@ -187,4 +187,4 @@ def test_the_round_that_ends_a_trial_counts() -> None:
     two.on_trial_complete("b", {"ms": 9.5, "round": 2})
     assert two.values["b"] == [9.5, 9.5] and two.values["a"] == [9.0]
     two.suggest("c")  # the stage's budget is spent: its winner is picked
-    assert two.history[1]["winner"] == "b"
+    assert two.history[1].winner == "b"
