@@ -8,8 +8,19 @@ here; the CLI adds an option two workloads declare once (they must declare it al
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
+
+# How the CLI reads an option's text into the field's value (tuner/cli/args.py does it: paths
+# are the user's, relative to the folder servetune was started in).
+TEXT = "text"  # as given
+WORDS = "words"  # repeatable, each shell-split: one list of words
+COMMAND = "command"  # a command line: its program and the files it names made absolute
+INT_LIST = "int_list"  # integers separated by commas
+OFF = "off"  # a --no-... flag: the field is False when it is given
+MODEL = "model"  # a path where it looks like one, else a hub id (org/name)
+PATH_OR_NAME = "path_or_name"  # one of ``names`` as given, else a path
+ACCEPT_LENGTHS = "accept_lengths"  # a server experiment's folder: its measured accept lengths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +31,8 @@ class CliOption:
     flag: str
     field: str
     argparse: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    value: str = TEXT  # how the CLI reads the text (the kinds above)
+    names: Callable[[], Collection[str]] | None = None  # PATH_OR_NAME: the names kept
 
     @property
     def dest(self) -> str:

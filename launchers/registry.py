@@ -63,6 +63,12 @@ def screen_args(shape: str) -> WorkloadArgs:
     return ProxyArgs(model=shape)
 
 
+def screen_shape_option() -> CliOption:
+    """The option that names the screen's shape where the experiment is another workload's
+    (the proxy's ``--model-config``)."""
+    return next(o for o in ProxyArgs.cli_options if o.field == "model")
+
+
 def screenable(args: WorkloadArgs) -> bool:
     """Whether a proxy screen can go before this workload's trials (not before the proxy's)."""
     return not isinstance(args, ProxyArgs)

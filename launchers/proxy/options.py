@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
-from launchers.options import PORT, READY_TIMEOUT, CliOption
+from launchers.options import ACCEPT_LENGTHS, PATH_OR_NAME, PORT, READY_TIMEOUT, CliOption
+from launchers.proxy.shapes import preset_names
 
 CLI_OPTIONS: tuple[CliOption, ...] = (
     PORT,
     READY_TIMEOUT,
-    CliOption("--model-config", "model", {"help": "proxy: shape preset or config.json"}),
+    CliOption("--model-config", "model", {"help": "proxy: shape preset or config.json"},
+              PATH_OR_NAME, preset_names),
     CliOption("--accept-length-from", "accept_lengths", {
         "metavar": "DIR", "help": "proxy: a server experiment with speculative decoding; its "
         "measured accept length per speculative shape drives est_tok_s (without it the "
-        "proxy ranks no speculative shape)"}),
+        "proxy ranks no speculative shape)"}, ACCEPT_LENGTHS),
     CliOption("--layers", "layers", {"type": int, "help": "proxy: run N layers and scale"}),
     CliOption("--batch", "batch", {"type": int, "help": "proxy: requests in the verify batch"}),
     CliOption("--kv-len", "kv_len", {"type": int, "help": "proxy: KV cache length"}),

@@ -6,12 +6,13 @@ workloads' options (and the engine's own ``--workload`` and ``--stop-grace``).""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
-from launchers.options import PORT, CliOption, merged
+from launchers.options import OFF, PATH_OR_NAME, PORT, CliOption, merged
 from launchers.proxy.launcher import ProxyArgs
-from launchers.registry import ARGS_MODELS, cli_options
+from launchers.registry import ARGS_MODELS, cli_options, screen_shape_option
 from launchers.sglang.launcher import SGLangArgs
 from tuner import cli
 
@@ -53,3 +54,21 @@ def test_the_cli_assembles_them() -> None:
     assert [f for f in shown if f not in ("--workload", "--stop-grace")] == declared
     assert shown[0] == "--workload"
     assert shown.index("--stop-grace") == shown.index("--ready-timeout") + 1
+
+
+def test_the_cli_reads_every_declared_kind(tmp_path: Path) -> None:
+    from tuner.cli.args import _READ, read_option
+
+    for option in cli_options():
+        assert option.value in _READ, option.flag
+        assert (option.value == PATH_OR_NAME) == (option.names is not None), option.flag
+    shape = screen_shape_option()
+    assert shape.flag == "--model-config"
+    assert read_option(shape, "tiny", tmp_path) == "tiny"  # a preset, kept
+    assert read_option(shape, "cfg.json", tmp_path) == str(tmp_path / "cfg.json")
+    dataset = next(o for o in cli_options() if o.flag == "--dataset")
+    assert read_option(dataset, "random", tmp_path) == "random"
+    concurrency = next(o for o in cli_options() if o.flag == "--concurrency")
+    assert read_option(concurrency, "1,4", tmp_path) == [1, 4]
+    off = next(o for o in cli_options() if o.flag == "--no-preflight")
+    assert (off.value, read_option(off, True, tmp_path)) == (OFF, False)

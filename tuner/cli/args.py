@@ -15,7 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from launchers.registry import args_model, kind_for, kinds
+from launchers import options
+from launchers.options import CliOption
+from launchers.registry import args_model, kind_for, kinds, screen_shape_option
 from search_spaces import knobs
 from search_spaces.space import SearchSpace, load, preset_names
 from tuner.cli.baseline import user_baseline
@@ -130,20 +132,22 @@ def missing_program(words: Sequence[str]) -> str | None:
 
 # ---------------------------------------------------------------- the workload's args
 
-# CLI dest -> how its text becomes a value of the workload's args.
-_CONVERT: dict[str, Callable[[Any, Path], Any]] = {
-    "server_arg": lambda v, _: [w for item in v for w in shlex.split(item)] or None,
-    "server_cmd": lambda v, base: resolve_command(shlex.split(v), base),
-    "concurrency": lambda v, _: int_list(v, "--concurrency"),
-    "no_nccl_debug": lambda v, _: False if v else None,
-    "no_preflight": lambda v, _: False if v else None,
-    "no_fast_start": lambda v, _: False if v else None,
-    "model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
-    "draft_model": lambda v, base: user_path(v, base) if looks_like_path(v) else v,
-    "model_config": lambda v, base: v if v in _presets() else user_path(v, base),
-    "dataset": lambda v, base: v if v in ("builtin", "random") else user_path(v, base),
-    "accept_length_from": lambda v, base: accept_table(user_path(v, base)),
+# How a workload's option's text becomes the value of its field (``CliOption.value``).
+_READ: dict[str, Callable[[Any, Path, CliOption], Any]] = {
+    options.TEXT: lambda v, _, __: v,
+    options.WORDS: lambda v, _, __: [w for item in v for w in shlex.split(item)] or None,
+    options.COMMAND: lambda v, base, _: resolve_command(shlex.split(v), base),
+    options.INT_LIST: lambda v, _, o: int_list(v, o.flag),
+    options.OFF: lambda v, _, __: False if v else None,
+    options.MODEL: lambda v, base, _: user_path(v, base) if looks_like_path(v) else v,
+    options.PATH_OR_NAME: lambda v, base, o: v if o.names and v in o.names()
+    else user_path(v, base),
+    options.ACCEPT_LENGTHS: lambda v, base, _: accept_table(user_path(v, base)),
 }
+
+
+def read_option(option: CliOption, value: Any, base: Path) -> Any:
+    return _READ[option.value](value, base, option)
 
 
 def accept_table(folder: str) -> list[dict[str, Any]]:
@@ -187,12 +191,6 @@ def storage_url(text: str | None, base: Path) -> str | None:
     return text
 
 
-def _presets() -> list[str]:
-    from launchers.proxy.shapes import preset_names as shape_presets
-
-    return shape_presets()
-
-
 def int_list(text: str, flag: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -211,7 +209,7 @@ def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     input."""
     all_dests = {d for k in kinds() for d in args_model(k).cli_fields()}
     if getattr(args, "screen", None):  # --model-config then names the screen's shape
-        all_dests.discard("model_config")
+        all_dests.discard(screen_shape_option().dest)
     given = [d for d in sorted(all_dests) if _given(args, d)]
     kind = args.workload or kind_for(given)
     model = args_model(kind)
@@ -224,10 +222,9 @@ def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     if missing:
         raise CliError(f"the {kind} workload needs {', '.join('--' + m for m in missing)}")
     data: dict[str, Any] = {"kind": kind, "workdir": str(base)}
+    declared = {o.dest: o for o in model.cli_options}
     for dest in given:
-        convert = _CONVERT.get(dest)
-        value = getattr(args, dest)
-        value = convert(value, base) if convert else value
+        value = read_option(declared[dest], getattr(args, dest), base)
         if value is not None:
             data[fields[dest]] = value
     return data
@@ -238,6 +235,7 @@ def workload_args(args: argparse.Namespace, base: Path) -> dict[str, Any]:
 
 def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> ExperimentSpec:
     base = base or Path.cwd()
+    shape = screen_shape_option()  # --model-config: the screen's shape
     space = args.space if args.space in preset_names() else user_path(args.space, base)
     loaded = load(space)  # bad input here is one line, before anything else
     out = Path(user_path(str(args.out), base)) if args.out else \
@@ -274,8 +272,8 @@ def spec_from_args(args: argparse.Namespace, base: Path | None = None) -> Experi
         "screen_spread": args.screen_spread,
         "screen_samples": args.screen_samples, "profile": bool(getattr(args, "profile", False)),
         "weights": args.weights,
-        "screen_model": _CONVERT["model_config"](args.model_config, base)
-        if args.screen and args.model_config else None,
+        "screen_model": read_option(shape, getattr(args, shape.dest), base)
+        if args.screen and getattr(args, shape.dest) else None,
         "limits": parse_limits(args.limit),
         "optuna_storage": storage_url(args.optuna_storage, base),
         "callbacks": list(dict.fromkeys(args.callback)),
