@@ -8,8 +8,11 @@ from dataclasses import dataclass
 from search_spaces.space import SearchSpace
 from tuner.output.readiness import duration
 
-# After one sweep of every value, the model-based search gets as many trials again, at least:
+# After one sweep of every value, the default search gets a repeat sweep (as many trials again)
+# and one round of its model phase's turns (auto_model.TURNS: a draw from anywhere, joint
+# draws, TPE), at least MODEL_TRIALS_MIN in all: a repeat pass no longer eats the model phase.
 MODEL_TRIALS_MIN = 12
+MODEL_TURNS = 6  # len(auto_model.TURNS), held equal by tests/tuner/search/test_auto.py
 # Seconds from launch to ready, and per benchmark round, of a typical trial; the estimate says
 # it is one. sglang: a warm start took 55-68 s on an H200 (shared/reference/real-sglang.md),
 # a round of a few requests seconds; the proxy: ready in 5.3 s on two H200s (BENCHMARKS.md,
@@ -34,11 +37,11 @@ def sweep_size(space: SearchSpace) -> int:
 
 
 def sized_budget(space: SearchSpace) -> Budget:
-    """The baseline, one sweep of every value, and as many trials again (at least
-    MODEL_TRIALS_MIN) for further sweeps and the model; never more than the space's valid
-    points."""
+    """The baseline, one sweep of every value, and as many trials again plus one round of
+    the model phase's turns (at least MODEL_TRIALS_MIN) for a repeat sweep and the model;
+    never more than the space's valid points."""
     sweep = sweep_size(space)
-    model = max(MODEL_TRIALS_MIN, sweep)
+    model = max(MODEL_TRIALS_MIN, sweep + MODEL_TURNS)
     total = 1 + sweep + model
     valid = space.valid_size()
     if valid is not None and valid < total:

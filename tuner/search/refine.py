@@ -142,7 +142,8 @@ class Refine:
 
     def _reverts_together(self, trial_id: str) -> Config | None:
         """The anchor with every lever whose revert measured within the noise of its anchor
-        (or above it) set back at once, where that is two levers or more and new."""
+        (or above it) set back at once, where that is new (a revert that beat its anchor moved
+        the anchor: it is in it already)."""
         done, self.reverted = self.reverted, {}
         if self.anchor is None or not done:
             return None
@@ -151,7 +152,7 @@ class Refine:
                  if gain is not None and gain >= -noise}
         changed = {n: v for n, v in tying.items() if self.anchor[0].get(n) != v}
         point = runnable(self.space, {**self.anchor[0], **changed})
-        if len(changed) < 2 or point is None or not self._new(point):
+        if not changed or point is None or not self._new(point):
             return None
         self.refined[trial_id] = REVERTS
         return self._launch(trial_id, point, MODEL)

@@ -19,7 +19,8 @@ from search_spaces import knobs
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace, from_mapping
 from tuner.search.auto import BASELINE, MODEL, SWEEP, AutoSearcher
-from tuner.search.budget import estimate, sized_budget, sweep_size
+from tuner.search.auto_model import TURNS
+from tuner.search.budget import MODEL_TURNS, estimate, sized_budget, sweep_size
 from tuner.search.build import build_search
 from tuner.search.filtering import FilteringSearcher
 from tuner.search.levers import joint_draw, lever_order, newest, probe, ties, value_order
@@ -210,7 +211,9 @@ def test_the_model_finds_two_settings_that_pay_only_together() -> None:
 def test_the_budget_is_sized_from_the_space_and_said_with_its_time(tmp_path: Path) -> None:
     space = _space()
     sized = sized_budget(space)
-    assert sized.sweep == 2 + 2 + 3 + 2 and sized.trials == 1 + 9 + 12
+    # the baseline, one sweep, a repeat sweep and one round of the model phase's turns
+    assert sized.sweep == 2 + 2 + 3 + 2 and sized.trials == 1 + 9 + 9 + len(TURNS)
+    assert len(TURNS) == MODEL_TURNS
     assert "9 values of 4 knobs one at a time" in sized.why
     text = estimate(22, 6, "sglang")
     assert text is not None and text.startswith("about 44 min")
@@ -218,9 +221,9 @@ def test_the_budget_is_sized_from_the_space_and_said_with_its_time(tmp_path: Pat
     stack = build_search(space, Objective("tok_s", "max", 6), search="auto",
                          stage_search="random", samples=None, seed=0, failure_aware=True,
                          max_concurrent=1, out_dir=tmp_path, workload="proxy")
-    assert stack.num_samples == 22
-    assert stack.notes[0].startswith("budget: 22 trials, sized from the space (the baseline, 9 ")
-    assert "about 4 min 24 s at a typical proxy trial's 12 s" in stack.notes[0]
+    assert stack.num_samples == 25
+    assert stack.notes[0].startswith("budget: 25 trials, sized from the space (the baseline, 9 ")
+    assert "about 5 min 0 s at a typical proxy trial's 12 s" in stack.notes[0]
     given = build_search(space, Objective("tok_s", "max", 6), search="auto",
                          stage_search="random", samples=5, seed=0, failure_aware=True,
                          max_concurrent=1, out_dir=tmp_path)

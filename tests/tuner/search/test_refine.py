@@ -14,7 +14,7 @@ from search_spaces.space import SearchSpace, from_mapping
 from tuner.search.auto import MODEL, SWEEP, AutoSearcher
 from tuner.search.levers import joint_draw
 from tuner.search.pairs import combined_point, local_shortfall, pooled_effects
-from tuner.search.refine import CONSENSUS
+from tuner.search.refine import CONSENSUS, REVERTS
 
 QPS, SPLIT, PEER = ("NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_SPLIT_DATA_ON_QPS",
                     "NCCL_NCHANNELS_PER_NET_PEER")
@@ -110,6 +110,34 @@ def test_a_model_move_sets_each_lever_it_changed_back_one_at_a_time() -> None:
     searcher._launch("t9", {**jump, "NCCL_PROTO": "LL"}, SWEEP)
     _tell(searcher, "t9", 200.0)
     assert searcher.revert == []
+
+
+def test_reverts_that_tie_the_model_move_are_set_back_together() -> None:
+    """The model's point was measured high (the best of many): two of its reverts tie it,
+    one costs much; once the chain is done, the two go back together, the third stays."""
+    space = _space()
+    searcher = AutoSearcher(space, 2, 0, "tok_s", "max")
+    searcher.set_search_properties("tok_s", "max", {})
+    searcher._noise = lambda: 0.02  # type: ignore[method-assign]
+    old = searcher.suggest("t0")
+    _tell(searcher, "t0", 100.0)
+    jump = {**old, "NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": 16, PEER: 4}
+    searcher._launch("t1", jump, MODEL)
+    _tell(searcher, "t1", 130.0)
+    measured = {"NCCL_PROTO": 129.0, "NCCL_MAX_NCHANNELS": 131.0, PEER: 110.0}
+    together = None
+    for i in range(2, 8):
+        point = searcher.suggest(f"t{i}")
+        lever = searcher.refined.get(f"t{i}")
+        if lever == REVERTS:
+            together = point
+            break
+        assert lever in measured
+        _tell(searcher, f"t{i}", measured[lever])
+    assert together is not None and searcher.phase_of[f"t{i}"] == MODEL
+    assert together["NCCL_PROTO"] == old["NCCL_PROTO"]
+    assert together["NCCL_MAX_NCHANNELS"] == old["NCCL_MAX_NCHANNELS"]
+    assert together[PEER] == 4  # its revert cost far more than the noise: it stays
 
 
 def test_small_gains_by_other_levers_add_up_to_a_stale_lever() -> None:
