@@ -12,6 +12,7 @@ from typing import Any
 
 from tuner.record.events import FailureInfo
 from tuner.record.files import EFFECTIVE_JSON, FAILURE_JSON, PLAN_JSON, TRIAL_JSON, write_json
+from tuner.record.info import Entry, read_entries
 
 ENDED = ("ok", "stopped", "failed")
 
@@ -65,10 +66,16 @@ def write_failure(folder: Path, failure: FailureInfo | Mapping[str, Any]) -> Non
     write_json(folder / FAILURE_JSON, FailureInfo.model_validate(failure).dump())
 
 
-def read_nodes(path: Path) -> list[Any]:
+class NodeRecord(Entry):
+    """One node of a trial across nodes, as its nodes.json has it (``tuner.run.multinode``
+    writes it once the trial's servers start; its other keys kept as written)."""
+
+    rank: int | None = None
+    node_id: str | None = None
+    address: str | None = None
+    hostname: str | None = None
+
+
+def read_nodes(path: Path) -> list[NodeRecord]:
     """A trial's nodes.json (its nodes once its servers started, node 0 first); [] without."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return []
-    return data if isinstance(data, list) else []
+    return list(read_entries(path, NodeRecord))

@@ -91,10 +91,10 @@ def with_lost_node(failure: Failure, trial_dir: Path) -> Failure:
     if failure.kind is not FailureKind.NODE_LOST or failure.details.get("node_rank") != 0:
         return failure
     nodes = read_nodes(trial_dir / NODES_FILE)
-    if nodes and isinstance(nodes[0], dict) and nodes[0].get("node_id"):
-        label = node_label(0, nodes[0])
+    if nodes and nodes[0].node_id:
+        label = node_label(0, nodes[0].dump())
         failure.message = failure.message.replace("the trial's own node", label, 1)
-        failure.details.update(node=label, node_id=nodes[0]["node_id"])
+        failure.details.update(node=label, node_id=nodes[0].node_id)
     return failure
 
 

@@ -27,7 +27,7 @@ from tuner.record.profile import (
     write_entry,
     write_profile,
 )
-from tuner.record.trial_file import read_effective, write_effective, write_failure
+from tuner.record.trial_file import read_effective, read_nodes, write_effective, write_failure
 
 
 def test_rejected_and_completed_round_trip(tmp_path: Path) -> None:
@@ -84,3 +84,13 @@ def test_profile_round_trips(tmp_path: Path) -> None:
     short = SummaryEntry.of(failed)
     assert (short.failure_kind, short.failure, short.step_ms) == ("oom", "no memory", None)
     assert read_profile(tmp_path / "none") is None
+
+
+def test_nodes_json_is_read_in_node_order(tmp_path: Path) -> None:
+    (tmp_path / "nodes.json").write_text(json.dumps([
+        {"rank": 0, "node_id": "52e91234", "address": "10.0.0.1", "gpu_ids": [0, 1]},
+        {"rank": 1, "node_id": "ab", "address": "10.0.0.2", "hostname": "h2"}]))
+    nodes = read_nodes(tmp_path / "nodes.json")
+    assert [n.node_id for n in nodes] == ["52e91234", "ab"] and nodes[1].hostname == "h2"
+    assert nodes[0].dump()["gpu_ids"] == [0, 1]  # a key kept as written
+    assert read_nodes(tmp_path / "none.json") == []
