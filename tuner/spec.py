@@ -1,4 +1,5 @@
-"""ExperimentSpec: the validated description of one experiment, saved as DIR/servetune.json.
+"""ExperimentSpec: the validated description of one experiment, saved as DIR/servetune.json
+(through ``tuner.record.spec_file``, with its schema version).
 
 CLI flags and an optional experiment YAML become one ExperimentSpec; a ValidationError
 becomes a one-line CLI error (exit 2) before anything starts.
@@ -20,8 +21,10 @@ from search_spaces.knobs import Value
 from search_spaces.searches import DEFAULT as DEFAULT_SEARCH
 from search_spaces.searches import DEFAULT_STAGE, SearchName, StageSearchName
 from tuner.limits import SEARCH_KEY, WORST, Limit, level_column
+from tuner.record.files import SPEC_JSON
+from tuner.record.spec_file import has_spec, read_spec, write_spec
 
-SPEC_FILE = "servetune.json"
+SPEC_FILE = SPEC_JSON
 DEFAULT_PRESET = "verify-campaign"
 
 # The confirm stage's default cap (launches per configuration): sized in
@@ -146,18 +149,17 @@ class ExperimentSpec(BaseModel):
         return f"{self.name}@{digest}"
 
     def save(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / SPEC_FILE).write_text(self.model_dump_json(indent=2))
+        write_spec(self.out_dir, self)
 
     @classmethod
     def load(cls, out_dir: Path) -> ExperimentSpec:
-        path = out_dir / SPEC_FILE
-        if not path.is_file():
+        if not has_spec(out_dir):
             raise SpecError(f"{out_dir}: not a servetune experiment (no {SPEC_FILE})")
         try:
-            return cls.model_validate(json.loads(path.read_text()))
+            return read_spec(out_dir, cls)
         except (ValidationError, json.JSONDecodeError) as err:
-            raise SpecError(f"{path}: unreadable experiment spec: {one_line(err)}") from None
+            raise SpecError(f"{out_dir / SPEC_FILE}: unreadable experiment spec: "
+                            f"{one_line(err)}") from None
 
 
 class SpecError(ValueError):

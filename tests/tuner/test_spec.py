@@ -21,6 +21,16 @@ def test_the_default_workload_is_the_proxy_and_round_trips(tmp_path: Path) -> No
     assert again == spec
 
 
+def test_servetune_json_carries_its_schema_version(tmp_path: Path) -> None:
+    spec = ExperimentSpec(name="e", out_dir=tmp_path / "e")
+    spec.save()
+    data = json.loads((spec.out_dir / SPEC_FILE).read_text())
+    assert data["schema_version"] == 1 and data["name"] == "e"
+    del data["schema_version"]  # a file written before versions: version 1
+    (spec.out_dir / SPEC_FILE).write_text(json.dumps(data))
+    assert ExperimentSpec.load(spec.out_dir) == spec
+
+
 def test_the_workload_kind_picks_its_args(tmp_path: Path) -> None:
     spec = ExperimentSpec.model_validate({"name": "e", "out_dir": str(tmp_path),
                                           "workload": {"kind": "sglang", "model": "/m"}})

@@ -16,9 +16,11 @@ from search_spaces.searches import strategy
 from search_spaces.space import SearchSpace, load, preset_names
 from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_from_args
 from tuner.cli.nodes import check_nodes, command_lines
-from tuner.record.files import BEST_DIR, BROKEN_JSON
+from tuner.record.files import BROKEN_JSON
+from tuner.record.info import read_launch_script
+from tuner.record.spec_file import has_spec
 from tuner.setup import Setup, prepare
-from tuner.spec import SPEC_FILE, ExperimentSpec
+from tuner.spec import ExperimentSpec
 
 if TYPE_CHECKING:
     from tuner.run.lock import DriverLock
@@ -82,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         running = holder(spec.out_dir)
         if running is not None:
             raise CliError(str(ExperimentBusy(spec.out_dir, running)))
-        if (spec.out_dir / SPEC_FILE).exists():
+        if has_spec(spec.out_dir):
             raise CliError(f"{spec.out_dir} already holds an experiment: use --resume "
                            f"{spec.out_dir} or another --out")
         resume = False
@@ -212,14 +214,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from tuner.output.exports import LAUNCH
-
     folder = Path(args.dir)
     load_setup(folder)
-    script = folder / BEST_DIR / LAUNCH
-    if not script.exists():
+    script = read_launch_script(folder)
+    if script is None:
         raise CliError(f"{folder}: no best configuration yet")
-    print(script.read_text(), end="")
+    print(script, end="")
     return 0
 
 

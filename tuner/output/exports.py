@@ -25,13 +25,13 @@ from launchers.base import LaunchPlan
 from tuner.output.ran import launched, trial_ran
 from tuner.output.tuner_csv import tuner_csv, tuner_rules
 from tuner.record.confirm import ConfirmRecord, DecisionRecord, LevelDecision
-from tuner.record.files import BEST_DIR, BEST_JSON
+from tuner.record.files import BEST_DIR, BEST_JSON, LAUNCH_SH
 from tuner.record.info import BestRecord, LevelBest, write_record
 from tuner.record.rows import ResultRow, Rows, by_id, rows_of
 from tuner.record.trial_file import read_effective
 from tuner.setup import Setup
 
-LAUNCH = "launch.sh"
+LAUNCH = LAUNCH_SH
 ENV = "env"
 TUNER_CSV = "nccl-tuner.csv"
 REPORT_MD = "report.md"

@@ -12,6 +12,7 @@ from pathlib import Path
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.record.ran import Reader, asked_column, differs, reader, same, shown, trial_ran
+from tuner.record.spec_file import has_spec
 
 __all__ = ["Reader", "asked_column", "differs", "experiment_of", "launched", "reader",
            "row_configs", "same", "shown", "trial_ran"]
@@ -20,7 +21,7 @@ __all__ = ["Reader", "asked_column", "differs", "experiment_of", "launched", "re
 def experiment_of(path: Path) -> Path | None:
     """The experiment folder ``path`` lies in (itself or the nearest parent with a spec)."""
     for folder in (path, *path.parents):
-        if (folder / "servetune.json").is_file():
+        if has_spec(folder):
             return folder
     return None
 

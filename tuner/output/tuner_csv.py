@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from search_spaces.knobs import selector_for
+from tuner.record.trial_file import Effective
 
 # The plugin's CSV columns, in its order (numPipeOps and regBuff optional; -1 = any).
 TUNER_COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol",
@@ -79,9 +80,9 @@ def _norm(name: Any) -> str:
     return str(name).strip().lower().replace("_", "")
 
 
-def _logged(effective: Mapping[str, Any] | None, ranks: int, notes: list[str]) -> list[_Ran]:
+def _logged(effective: Effective | None, ranks: int, notes: list[str]) -> list[_Ran]:
     out, skipped = [], set()
-    for c in (effective or {}).get("choices") or []:
+    for c in effective.choices if effective is not None else []:
         coll = PLUGIN_COLLECTIVES.get(_norm(c.get("collective")))
         algo = PLUGIN_ALGORITHMS.get(_norm(c.get("algo")))
         proto = PLUGIN_PROTOCOLS.get(_norm(c.get("proto")))
@@ -129,7 +130,7 @@ def _bins(ran: Sequence[_Ran], notes: list[str]) -> list[tuple[int, int, tuple[s
     return bins
 
 
-def tuner_rules(config: Mapping[str, Any], effective: Mapping[str, Any] | None,
+def tuner_rules(config: Mapping[str, Any], effective: Effective | Mapping[str, Any] | None,
                 ranks: int | None) -> tuple[list[TunerRule], list[str]]:
     """The plugin's rules for a configuration, from what NCCL ran with it (``effective``:
     the trial's effective.json), and notes for the file. No rules when the configuration
@@ -139,7 +140,9 @@ def tuner_rules(config: Mapping[str, Any], effective: Mapping[str, Any] | None,
         notes.append("the configuration leaves the algorithm, protocol and channels to NCCL: "
                      "no rules")
         return [], notes
-    nranks = (effective or {}).get("nranks") or ranks or 0
+    if effective is not None and not isinstance(effective, Effective):
+        effective = Effective.model_validate(effective)
+    nranks = (effective.nranks if effective is not None else None) or ranks or 0
     ran = _logged(effective, int(nranks) if nranks and nranks > 0 else 1, notes)
     if not ran:
         notes.append("NCCL's log of the decided trial names no per-collective choice (its "

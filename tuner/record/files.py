@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+SPEC_JSON = "servetune.json"  # the experiment's spec (tuner.spec.ExperimentSpec)
 JOURNAL = "results.jsonl"  # every trial event as it happened
 REJECTED = "rejected.jsonl"  # suggestions never launched (invalid, ruled out, repeats)
 RESULTS_CSV = "results.csv"
@@ -19,16 +20,19 @@ RULED_OUT_JSON = "ruled_out.json"
 STAGES_JSON = "stages.json"
 RUN_JSON = "run.json"
 INPUTS_JSON = "inputs.json"  # what the workload measures with (its prompts)
+SCREEN_JSON = "screen.json"  # --screen proxy: the proxy's ranking against the server's
 BROKEN_JSON = "broken_environment.json"  # why the search stopped: the environment
 SUSPECTS_JSON = "suspects.json"  # failed, not ruled out
 COMPLETED = "completed.jsonl"  # suggestions completed with the baseline's partners
 PLAN_JSON = "plan.json"  # a trial's launch plan: its command and environment
 TRIAL_JSON = "trial.json"  # a trial's own record (launchers.base.TrialRecord)
 EFFECTIVE_JSON = "effective.json"  # what NCCL ran in a trial
+NODES_JSON = "nodes.json"  # a trial across nodes: its nodes once their servers started
 PROFILE_DIR = "profile"  # servetune profile's outputs
 PROFILE_JSON = "profile.json"  # in PROFILE_DIR: every configuration profiled
 PROFILE_ENTRY_JSON = "entry.json"  # in PROFILE_DIR/<label>: one configuration's
 FAILURE_JSON = "failure.json"  # a failed trial's failure, in its folder
+LAUNCH_SH = "launch.sh"  # in BEST_DIR: the decided configuration's launch command
 
 
 def _plain(value: Any) -> Any:

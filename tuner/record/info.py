@@ -1,7 +1,8 @@
-"""The experiment's other files: run.json (what the run held), stages.json (each stage's
-winner as the staged search knew it), best.json (the decided configuration, ready to
-launch), and the lists a run keeps of what it ruled out, suspects, never launched or
-completed with partners (one entry per item, kept as written)."""
+"""The experiment's other files: run.json (what the run held), inputs.json (what the workload
+measures with), screen.json (the proxy's ranking against the server's), stages.json (each
+stage's winner as the staged search knew it), best.json (the decided configuration, ready to
+launch) and best/launch.sh, and the lists a run keeps of what it ruled out, suspects, never
+launched or completed with partners (one entry per item, kept as written)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from typing import Any, TypeVar
 from pydantic import Field, TypeAdapter, ValidationError
 
 from tuner.record.base import Frozen, Record
-from tuner.record.files import append_jsonl, read_journal, read_json, write_json
+from tuner.record.files import (
+    BEST_DIR,
+    LAUNCH_SH,
+    append_jsonl,
+    read_journal,
+    read_json,
+    write_json,
+)
 
 
 class RunInfo(Record):
@@ -47,6 +55,26 @@ class BrokenRecord(Record):
     trials: list[str] = Field(default_factory=list)
 
 
+class InputsRecord(Record):
+    """inputs.json: what the workload measures with (``Workload.inputs``: the prompts'
+    dataset), written once per experiment; its other keys kept as written."""
+
+    dataset: dict[str, Any] | None = None
+
+
+class ScreenRecord(Record):
+    """screen.json (``--screen proxy``): the settings both the proxy and the server measured,
+    each one's score, its role in the promotion, and Spearman's rho with its 95% interval."""
+
+    settings: list[dict[str, Any]] = Field(default_factory=list)
+    proxy: list[float] = Field(default_factory=list)
+    server: list[float] = Field(default_factory=list)
+    roles: list[str] = Field(default_factory=list)
+    n: int = 0
+    spearman: float | None = None
+    interval: list[float] | None = None
+
+
 class LevelBest(Frozen):
     level: int | None = None
     metric: str | None = None
@@ -72,6 +100,14 @@ class BestRecord(Record):
     argv: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     per_level: list[LevelBest] | None = None
+
+
+def read_launch_script(folder: Path) -> str | None:
+    """best/launch.sh as written (``tuner.output.exports``); None before a decision."""
+    try:
+        return (folder / BEST_DIR / LAUNCH_SH).read_text()
+    except FileNotFoundError:
+        return None
 
 
 class Entry(Frozen):

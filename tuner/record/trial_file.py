@@ -1,18 +1,28 @@
 """A trial's own files in DIR/<trial id>/: trial.json (written by the trial as it runs:
 ``launchers.base.TrialRecord``), read and brought in line with the journal; effective.json
 (what NCCL ran, from its own log) and failure.json (how a failed trial failed), written by
-``tuner.run.trial``; nodes.json (a trial across nodes), read."""
+``tuner.run.trial``; nodes.json (a trial across nodes), written by ``tuner.run.multinode``."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
+from tuner.record.base import Record
 from tuner.record.events import FailureInfo
-from tuner.record.files import EFFECTIVE_JSON, FAILURE_JSON, PLAN_JSON, TRIAL_JSON, write_json
-from tuner.record.info import Entry, read_entries
+from tuner.record.files import (
+    EFFECTIVE_JSON,
+    FAILURE_JSON,
+    NODES_JSON,
+    PLAN_JSON,
+    TRIAL_JSON,
+    write_json,
+)
+from tuner.record.info import Entry, read_entries, read_record, write_entries, write_record
 
 ENDED = ("ok", "stopped", "failed")
 
@@ -42,13 +52,20 @@ def reconcile(folder: Path, status: str) -> bool:
     return True
 
 
-def read_effective(folder: Path) -> dict[str, Any] | None:
-    """What NCCL ran in the trial (its effective.json, from NCCL's own log); None without."""
-    try:
-        data = json.loads((folder / EFFECTIVE_JSON).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+class Effective(Record):
+    """effective.json: what NCCL ran in a trial, as the workload read it from NCCL's own log
+    (``launchers.nccl_log.EffectiveNccl.to_json``, its table columns and the mismatches with
+    what was asked); its other keys kept as written."""
+
+    nranks: int | None = None
+    choices: list[dict[str, Any]] = Field(default_factory=list)  # NCCL's TUNING lines
+    columns: dict[str, Any] = Field(default_factory=dict)  # for results.csv
+    warnings: list[str] = Field(default_factory=list)
+
+
+def read_effective(folder: Path) -> Effective | None:
+    """What NCCL ran in the trial (its effective.json); None without, or unreadable."""
+    return read_record(folder / EFFECTIVE_JSON, Effective)
 
 
 def write_plan(folder: Path, plan: Mapping[str, Any]) -> None:
@@ -58,7 +75,7 @@ def write_plan(folder: Path, plan: Mapping[str, Any]) -> None:
 
 def write_effective(folder: Path, effective: Mapping[str, Any]) -> None:
     """The trial's effective.json (the workload's reading of NCCL's log, kept as it gave it)."""
-    write_json(folder / EFFECTIVE_JSON, dict(effective))
+    write_record(folder / EFFECTIVE_JSON, Effective.model_validate(effective))
 
 
 def write_failure(folder: Path, failure: FailureInfo | Mapping[str, Any]) -> None:
@@ -79,3 +96,8 @@ class NodeRecord(Entry):
 def read_nodes(path: Path) -> list[NodeRecord]:
     """A trial's nodes.json (its nodes once its servers started, node 0 first); [] without."""
     return list(read_entries(path, NodeRecord))
+
+
+def write_nodes(folder: Path, nodes: Sequence[NodeRecord]) -> None:
+    """The trial's nodes.json, node 0 first (each node's keys as given)."""
+    write_entries(folder / NODES_JSON, [n.dump() for n in nodes])

@@ -9,8 +9,8 @@ from pathlib import Path
 from launchers import process
 from tuner.output import broken
 from tuner.output.results import write_table
-from tuner.record.files import INPUTS_JSON, RUN_JSON, write_json
-from tuner.record.info import RunInfo, write_record
+from tuner.record.files import INPUTS_JSON, RUN_JSON
+from tuner.record.info import InputsRecord, RunInfo, write_record
 from tuner.run import confirm, finish
 from tuner.run.cluster import gpus_per_trial as node_gpus_per_trial
 from tuner.run.cluster import ray_cluster, trial_slots
@@ -70,7 +70,7 @@ def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, ech
     spec.save()
     inputs = setup.workload.inputs(spec.seed)
     if inputs is not None:
-        write_json(out_dir / INPUTS_JSON, inputs)
+        write_record(out_dir / INPUTS_JSON, InputsRecord.model_validate(inputs))
     for note in setup.space_notes():
         echo(note)
     _reap_leftovers(setup, echo)

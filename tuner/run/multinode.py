@@ -20,7 +20,6 @@ trial's, so that a node's teardown never reaches past its node, even where sever
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,9 +31,11 @@ from launchers.failures import Failure, FailureKind, TrialFailed
 from launchers.multinode import MEETING_PORTS, meeting_addr, meeting_ports
 from launchers.process import LOCALHOST, port_is_free
 from search_spaces.knobs import Value
+from tuner.record.files import NODES_JSON
+from tuner.record.trial_file import NodeRecord, write_nodes
 
 NODE_ENV = "SERVETUNE_NODE"  # the Ray node a server of a multi-node trial runs on
-NODES_FILE = "nodes.json"
+NODES_FILE = NODES_JSON  # (its name where tests look for it)
 WATCH_INTERVAL_S = 0.5
 FOLLOWER_WAIT_S = 5.0  # at most, once node 0 is down, for a follower to end on its own
 
@@ -161,14 +162,16 @@ class MultiNodeWorkload(Workload):
         except BaseException:
             self.nodes.stop(wait=0.0)
             raise
-        record = [{"rank": 0, "node_id": self.here.node_id, "address": self.here.address,
-                   "gpu_ids": list(ctx.gpu_ids), "pid": running.process.pid,
-                   "port": plan.port, "marker": ctx.marker}]
-        record += [{**info, **node, "marker": node_marker(ctx.marker, info["rank"])}
+        record = [NodeRecord.model_validate({
+            "rank": 0, "node_id": self.here.node_id, "address": self.here.address,
+            "gpu_ids": list(ctx.gpu_ids), "pid": running.process.pid, "port": plan.port,
+            "marker": ctx.marker})]
+        record += [NodeRecord.model_validate({**info, **node,
+                                              "marker": node_marker(ctx.marker, info["rank"])})
                    for info, node in zip(described, started, strict=True)]
-        (ctx.trial_dir / NODES_FILE).write_text(json.dumps(record, indent=1))
+        write_nodes(ctx.trial_dir, record)
         return MultiNodeRunning(running, self.nodes, len(plan.peers), ctx.trial_dir,
-                                [str(n["node_id"]) for n in record])
+                                [str(n.node_id) for n in record])
 
 
 def named(failure: Failure, nodes: Nodes, rank: int, placement: Sequence[str] = ()) -> Failure:

@@ -29,9 +29,9 @@ from search_spaces.knobs import Value
 from tuner.output.results import write_table
 from tuner.record.events import EndEvent, FailureInfo, ResultEvent, StartEvent, append_event
 from tuner.record.experiment import Experiment
-from tuner.record.files import JOURNAL
+from tuner.record.files import JOURNAL, NODES_JSON
 from tuner.record.trial_file import read_nodes
-from tuner.run.multinode import NODES_FILE, node_label
+from tuner.run.multinode import node_label
 from tuner.spec import Objective
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def with_lost_node(failure: Failure, trial_dir: Path) -> Failure:
     trial's nodes.json has it (a trial across nodes writes one once its servers start)."""
     if failure.kind is not FailureKind.NODE_LOST or failure.details.get("node_rank") != 0:
         return failure
-    nodes = read_nodes(trial_dir / NODES_FILE)
+    nodes = read_nodes(trial_dir / NODES_JSON)
     if nodes and nodes[0].node_id:
         label = node_label(0, nodes[0].dump())
         failure.message = failure.message.replace("the trial's own node", label, 1)

@@ -16,7 +16,8 @@ from search_spaces import knobs
 from search_spaces.searches import RANDOM, strategy
 from search_spaces.space import load
 from tuner.record.experiment import Experiment
-from tuner.record.files import write_json
+from tuner.record.files import SCREEN_JSON
+from tuner.record.info import ScreenRecord, write_record
 from tuner.record.rows import ranked as best_first
 from tuner.record.rows import rows_of, search_rows
 from tuner.run.experiment import run
@@ -26,7 +27,6 @@ from tuner.setup import Print, prepare, stdout_print
 from tuner.spec import ExperimentSpec, SpecError
 
 SCREEN_DIR = "screen"
-SCREEN_JSON = "screen.json"
 
 
 def screen_shape(spec: ExperimentSpec) -> str:
@@ -154,7 +154,7 @@ def run_screened(spec: ExperimentSpec, *, resume: bool = False,
     roles = {_key(env_part(prepare(spec).space.baseline())): "baseline",
              **{_key(s): role for role, s in picked}}
     corr = rank_correlation(first.out_dir, screen.table, spec.out_dir, server.table, roles)
-    write_json(spec.out_dir / SCREEN_JSON, corr)
+    write_record(spec.out_dir / SCREEN_JSON, ScreenRecord.model_validate(corr))
     echo("screen: " + correlation_text(corr))
     return server
 

@@ -9,14 +9,30 @@ import json
 from pathlib import Path
 
 from tuner.record.experiment import Experiment
-from tuner.record.files import COMPLETED, FAILURE_JSON, PROFILE_DIR, REJECTED, STAGES_JSON
+from tuner.record.files import (
+    BEST_DIR,
+    COMPLETED,
+    FAILURE_JSON,
+    INPUTS_JSON,
+    LAUNCH_SH,
+    NODES_JSON,
+    PROFILE_DIR,
+    REJECTED,
+    SCREEN_JSON,
+    STAGES_JSON,
+)
 from tuner.record.info import (
     Completed,
+    InputsRecord,
     Rejected,
+    ScreenRecord,
     StageRecord,
     append_entry,
     read_entries,
+    read_launch_script,
+    read_record,
     read_stages,
+    write_record,
     write_stages,
 )
 from tuner.record.profile import (
@@ -27,7 +43,14 @@ from tuner.record.profile import (
     write_entry,
     write_profile,
 )
-from tuner.record.trial_file import read_effective, read_nodes, write_effective, write_failure
+from tuner.record.trial_file import (
+    NodeRecord,
+    read_effective,
+    read_nodes,
+    write_effective,
+    write_failure,
+    write_nodes,
+)
 
 
 def test_rejected_and_completed_round_trip(tmp_path: Path) -> None:
@@ -59,7 +82,14 @@ def test_failure_and_effective(tmp_path: Path) -> None:
                              "log_tail": "", "hint": "", "details": {}})
     assert json.loads((tmp_path / FAILURE_JSON).read_text())["kind"] == "oom"
     write_effective(tmp_path, {"NCCL_PROTO": "LL", "warnings": []})
-    assert read_effective(tmp_path) == {"NCCL_PROTO": "LL", "warnings": []}
+    # effective.json is a versioned record now: the file carries schema_version
+    assert read_effective(tmp_path) == {"schema_version": 1, "NCCL_PROTO": "LL", "warnings": []}
+    write_effective(tmp_path, {"nranks": 2, "choices": [{"collective": "AllReduce"}],
+                               "columns": {"nccl_nranks": 2}, "warnings": ["w"]})
+    effective = read_effective(tmp_path)
+    assert effective is not None and (effective.nranks, effective.warnings) == (2, ["w"])
+    assert effective.choices == [{"collective": "AllReduce"}]
+    assert read_effective(tmp_path / "none") is None
 
 
 def test_profile_round_trips(tmp_path: Path) -> None:
@@ -94,3 +124,26 @@ def test_nodes_json_is_read_in_node_order(tmp_path: Path) -> None:
     assert [n.node_id for n in nodes] == ["52e91234", "ab"] and nodes[1].hostname == "h2"
     assert nodes[0].dump()["gpu_ids"] == [0, 1]  # a key kept as written
     assert read_nodes(tmp_path / "none.json") == []
+
+
+def test_nodes_json_round_trips(tmp_path: Path) -> None:
+    nodes = [NodeRecord.model_validate({"rank": 0, "node_id": "52e91234", "pid": 7}),
+             NodeRecord.model_validate({"rank": 1, "node_id": "ab", "marker": "e/t/node1"})]
+    write_nodes(tmp_path, nodes)
+    assert json.loads((tmp_path / NODES_JSON).read_text())[1] == {
+        "rank": 1, "node_id": "ab", "marker": "e/t/node1"}
+    assert read_nodes(tmp_path / NODES_JSON) == nodes
+
+
+def test_inputs_screen_and_launch_script(tmp_path: Path) -> None:
+    write_record(tmp_path / INPUTS_JSON, InputsRecord(dataset={"name": "sharegpt"}))
+    assert json.loads((tmp_path / INPUTS_JSON).read_text()) == {
+        "schema_version": 1, "dataset": {"name": "sharegpt"}}
+    screen = ScreenRecord(settings=[{"NCCL_PROTO": "LL"}], proxy=[1.0], server=[2.0],
+                          roles=["baseline"], n=1, spearman=None, interval=None)
+    write_record(tmp_path / SCREEN_JSON, screen)
+    assert read_record(tmp_path / SCREEN_JSON, ScreenRecord) == screen
+    assert read_launch_script(tmp_path) is None
+    (tmp_path / BEST_DIR).mkdir()
+    (tmp_path / BEST_DIR / LAUNCH_SH).write_text("sglang serve\n")
+    assert read_launch_script(tmp_path) == "sglang serve\n"
