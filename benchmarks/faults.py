@@ -23,75 +23,28 @@ Scenarios:
 - driver SIGKILL in the middle of trial 2 (its servers start setsid grandchildren that
   survive the kill), then ``servetune run --resume`` reaps them by marker and completes.
   Clean-up = from the start of the resume until every process left by the kill is gone.
+
+The driver scenarios are in faults_driver.py, what a run records of a fault (``Outcome``) in
+faults_outcome.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shutil
-import signal
 import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from benchmarks._common import exit_on_sigterm, machine, with_root_on_path
-from launchers.process import LOCALHOST, Marked, free_port
-from simulator.runs import Experiment, Result, ray_tmpdir, stand_in
+from benchmarks.faults_driver import driver_sigint, driver_sigkill
+from benchmarks.faults_outcome import TIMEOUT, Outcome, Scenario, ended_ok, lost
+from launchers.process import LOCALHOST, free_port
+from simulator.runs import Experiment, ray_tmpdir, stand_in
 from tuner.record.files import BROKEN_JSON
-
-
-@dataclass
-class Outcome:
-    """One fault, one run."""
-
-    fault: str
-    expected: str  # the FailureKind (or trial status; a|b: either) the faulty trial ends with
-    recorded: str = "-"
-    leaked: list[Marked] = field(default_factory=list)
-    lost: list[str] = field(default_factory=list)
-    cleanup_s: float | None = None
-    problems: list[str] = field(default_factory=list)
-    log: str = ""
-    prefix: str = ""  # the experiment's marker prefix
-
-    @property
-    def ok(self) -> bool:
-        return (not self.leaked and not self.lost and self.recorded in self.expected.split("|")
-                and not self.problems)
-
-    def explain(self) -> str:
-        return (f"{self.fault}: recorded {self.recorded!r} (expected {self.expected!r}), "
-                f"leaked {self.leaked}, lost {self.lost}, problems {self.problems}\n{self.log}")
-
-
-Scenario = Callable[[Path, Path], list[Outcome]]
-TIMEOUT = 480.0  # a safety net: a run on a loaded box takes minutes
-
-
-def _lost(exp: Experiment, before: list[str]) -> list[str]:
-    """Of the trials that ended normally (``before``), those missing from results.csv or not
-    marked finished there."""
-    try:
-        table = exp.table()
-    except FileNotFoundError:
-        return list(before)
-    rows = {str(r["trial_id"]): r for _, r in table.iterrows()}
-    return [t for t in before
-            if t not in rows or rows[t]["status"] not in ("ok", "stopped") or rows[t]["rounds"] < 1]
-
-
-def _ended_ok(exp: Experiment) -> list[str]:
-    return exp.finished_ok()
-
 
 # ---------------------------------------------------------------- trial faults
 
@@ -152,8 +105,8 @@ def trial_faults(root: Path, ray_tmp: Path) -> list[Outcome]:
             out.cleanup_s = record["timings"].get("teardown_s")
             if out.cleanup_s is None:
                 out.problems.append("the trial did not finish its teardown")
-            ended_before = [t for t in _ended_ok(exp) if order.index(t) < order.index(trial)]
-            out.lost = _lost(exp, ended_before)
+            ended_before = [t for t in ended_ok(exp) if order.index(t) < order.index(trial)]
+            out.lost = lost(exp, ended_before)
             # servetune kills a server it is done with at once (SGLang's own stop ends so):
             # one that ignores SIGTERM costs no grace
             if row == "ignores SIGTERM" and (out.cleanup_s or 0) >= STOP_GRACE:
@@ -197,154 +150,6 @@ def port_taken(root: Path, ray_tmp: Path) -> list[Outcome]:
         finally:
             exp.cleanup()
     return [out]
-
-
-# ---------------------------------------------------------------- the driver interrupted
-
-
-def _second_trial_mid_round(exp: Experiment) -> bool:
-    """Trial 2 has reported its first round (so its server is up, mid-trial)."""
-    counts = exp.rounds_reported()
-    order = exp.trial_ids()
-    return len(order) >= 2 and counts.get(order[1], 0) >= 1
-
-
-def _interrupted_run(root: Path, ray_tmp: Path, name: str, server: str
-                     ) -> tuple[Experiment, list[str]]:
-    exp = Experiment.create(root, ray_tmp, name=name)
-    argv = exp.args("--space", "nccl-pcie", "--search", "grid", "--samples", "2", "--rounds", "2",
-                    "--scheduler", "fifo", "--no-dashboard", server=server)
-    return exp, argv
-
-
-def driver_sigint(root: Path, ray_tmp: Path) -> list[Outcome]:
-    exp, argv = _interrupted_run(root, ray_tmp, "sigint", stand_in())
-    # The signal stops everything at once: trial 2 stays interrupted, and the resume (from the
-    # journal) runs its config again as a new trial.
-    out = Outcome("driver SIGINT, then --resume", "interrupted->re-run")
-    try:
-        background = exp.start(["run", *argv])
-        background.wait_for(lambda: _second_trial_mid_round(exp), TIMEOUT, "trial 2's round 1")
-        before = _ended_ok(exp)
-        fired = time.monotonic()
-        background.signal_group(signal.SIGINT)
-        first = background.finish(timeout=TIMEOUT)
-        out.prefix = exp.prefix
-        out.cleanup_s = time.monotonic() - fired
-        out.leaked = exp.leftovers()
-        out.lost = _lost(exp, before)
-        if first.returncode != 130:
-            out.problems.append(f"interrupted run exited with {first.returncode}, not 130")
-        status = _status_of(exp, exp.trial_ids()[1])
-        resumed = exp.run(["run", "--resume", str(exp.out)], timeout=TIMEOUT)
-        out.log = f"{first}\n{resumed}"
-        out.leaked += exp.leftovers()
-        out.lost += _lost(exp, before)
-        _check_completed(exp, resumed, out, samples=2, rerun_ok=True)
-        out.recorded = f"{status}->{_final_status(exp, exp.trial_ids()[1])}"
-        return [out]
-    finally:
-        exp.cleanup()
-
-
-def driver_sigkill(root: Path, ray_tmp: Path) -> list[Outcome]:
-    exp, argv = _interrupted_run(root, ray_tmp, "sigkill", stand_in("--fake-fault",
-                                                                    "setsid-grandchild"))
-    # results.csv is rewritten as trials end: a trial in flight at a SIGKILL is only in the
-    # journal (results.jsonl). The resume rebuilds the search from the journal: trial 2,
-    # never ended, has its config run again as a new trial ('re-run').
-    out = Outcome("driver SIGKILL, then --resume", "in flight->re-run|interrupted->re-run")
-    try:
-        background = exp.start(["run", *argv])
-        background.wait_for(lambda: _second_trial_mid_round(exp), TIMEOUT, "trial 2's round 1")
-        before = _ended_ok(exp)
-        background.signal_driver(signal.SIGKILL)
-        killed = background.finish(timeout=30)
-        out.prefix = exp.prefix
-        left = exp.leftovers()
-        if not left:
-            out.problems.append("nothing outlived the driver: the resume had nothing to reap")
-        status = _status_of(exp, exp.trial_ids()[1])
-        with _watch_gone([m.pid for m in left]) as gone_after:
-            resumed = exp.run(["run", "--resume", str(exp.out)], timeout=TIMEOUT)
-        out.cleanup_s = gone_after()
-        out.log = f"{killed}\nleft by the kill: {left}\n{resumed}"
-        out.leaked = exp.leftovers()
-        out.lost = _lost(exp, before)
-        _check_completed(exp, resumed, out, samples=2, rerun_ok=True)
-        out.recorded = f"{status}->{_final_status(exp, exp.trial_ids()[1])}"
-        return [out]
-    finally:
-        exp.cleanup()
-
-
-def _final_status(exp: Experiment, trial_id: str) -> str:
-    """The trial's status after the resume; 're-run' when it stayed interrupted but a later
-    trial completed its config."""
-    status = _status_of(exp, trial_id)
-    if status == "ok":
-        return status
-    config = exp.record(trial_id)["config"]
-    table = exp.table()
-    done = [str(t) for t in table[table["status"] == "ok"]["trial_id"]]
-    return "re-run" if any(exp.record(t)["config"] == config for t in done) else status
-
-
-def _status_of(exp: Experiment, trial_id: str) -> str:
-    """The trial's status in results.csv ('in flight': only the journal has it)."""
-    try:
-        table = exp.table()
-    except FileNotFoundError:
-        return "in flight" if trial_id in exp.trial_ids() else "missing"
-    rows = table[table["trial_id"] == trial_id]
-    if len(rows):
-        return str(rows.iloc[0]["status"])
-    return "in flight" if trial_id in exp.trial_ids() else "missing"
-
-
-def _check_completed(exp: Experiment, resumed: Result, out: Outcome, samples: int,
-                     rerun_ok: bool = False) -> None:
-    """The resume ran the experiment to its end: ``samples`` trials completed every round
-    (with ``rerun_ok``, besides trials left interrupted whose config ran again)."""
-    if resumed.returncode != 0:
-        out.problems.append(f"--resume exited with {resumed.returncode}")
-        return
-    table = exp.table()
-    ok = table[table["status"] == "ok"]
-    others = set(table["status"]) - {"ok", *({"interrupted"} if rerun_ok else set())}
-    if len(ok) != samples or others:
-        out.problems.append(f"after --resume: {len(ok)} of {samples} trials completed, "
-                            f"statuses {sorted(set(table['status']))}")
-
-
-@contextlib.contextmanager
-def _watch_gone(pids: list[int]) -> Iterator[Callable[[], float | None]]:
-    """Seconds from entering until every one of ``pids`` is gone (None: some never went)."""
-    began = time.monotonic()
-    gone_at: list[float] = []
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            if not any(psutil.pid_exists(p) and _alive(p) for p in pids):
-                gone_at.append(time.monotonic() - began)
-                return
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    try:
-        yield lambda: gone_at[0] if gone_at else None
-    finally:
-        stop.set()
-        thread.join(2)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 # ---------------------------------------------------------------- the matrix
