@@ -15,21 +15,19 @@ since the previous entry (idle time included) / the interval, on the model's clo
 
 from __future__ import annotations
 
+import argparse
 import random
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from queue import Queue
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from simulator import cost_model
 from simulator.fake_ranks import stamp
-
-if TYPE_CHECKING:
-    from simulator.sglang_server import FakeServer
 
 _print_lock = threading.Lock()
 # How far the model clock may fall behind before it gives up catching up (a stalled box).
@@ -110,10 +108,31 @@ class Request:
     out: Queue[tuple[int, bool]] = field(default_factory=Queue)  # (completion tokens, finished)
 
 
+class Server(Protocol):
+    """What the loop reads of its server (sglang_server.FakeServer): its switches, the
+    model's timing, its counters, and how it dies."""
+
+    args: argparse.Namespace
+    seed: int
+    launch_factor: float
+    metrics: Metrics
+    spec: cost_model.SpecParams
+
+    @property
+    def device_timer(self) -> bool: ...
+
+    @property
+    def record_step_time(self) -> bool: ...
+
+    def timing(self, batch: int) -> cost_model.Timing: ...
+
+    def die(self, during_launch: bool = False) -> None: ...
+
+
 class Engine(threading.Thread):
     """One scheduler loop: prefill new requests, then draft+verify cycles over the batch."""
 
-    def __init__(self, server: FakeServer) -> None:
+    def __init__(self, server: Server) -> None:
         super().__init__(name="scheduler", daemon=True)
         self.server = server
         self.cond = threading.Condition()

@@ -8,18 +8,31 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from simulator import content
-from simulator.fake_engine import Request
+from simulator.fake_engine import Engine, Metrics, Request
 
-if TYPE_CHECKING:
-    from simulator.sglang_server import FakeServer
+
+class Served(Protocol):
+    """What the endpoints read of the server behind them (sglang_server.FakeServer)."""
+
+    args: argparse.Namespace
+    model_name: str
+    ready: threading.Event
+    engine: Engine
+    metrics: Metrics
+
+    def chunk(self, req: Request, tokens: int, done: bool) -> dict[str, Any]: ...
+
+    def server_info(self) -> dict[str, Any]: ...
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -126,6 +139,6 @@ class Handler(BaseHTTPRequestHandler):
 class FakeHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], fake: FakeServer) -> None:
+    def __init__(self, address: tuple[str, int], fake: Served) -> None:
         super().__init__(address, Handler)
         self.fake = fake

@@ -1,8 +1,10 @@
 """The house rules of ARCHITECTURE.md, checked from the code itself: no import circle inside
-tuner/, launchers/ or search_spaces/ (function-level and TYPE_CHECKING imports count too);
-Ray imported only by the modules that run trials; no module that only reads files pulls Ray
-in; no private (``_``-prefixed) Ray attribute anywhere; no module over 400 lines unless it
-says why below."""
+tuner/, launchers/, search_spaces/ or simulator/ (function-level and TYPE_CHECKING imports
+count too); no upward arrow between floors; the stand-in imports nothing of the engine and
+nothing imports the simulator but benchmarks/ and tests/; benchmarks/ imports nothing of
+tests/; Ray imported only by the modules that run trials; no module that only reads files
+pulls Ray in; no private (``_``-prefixed) Ray attribute anywhere; no module over 400 lines
+unless it says why below."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("tuner", "launchers", "search_spaces")
+PACKAGES = ("tuner", "launchers", "search_spaces", "simulator")
 
 # The modules that run trials or feed them (Ray Tune's searchers, callbacks, the Tuner).
 RAY_MODULES = frozenset({
@@ -129,7 +131,11 @@ FLOORS = (("search_spaces", "launchers.sglang.release"), ("launchers",),
           ("tuner.spec", "tuner.setup", "tuner.stats", "tuner.limits", "tuner.weights",
            "tuner.record"),
           ("tuner.output",), ("tuner.search", "tuner.decide"), ("tuner.run",),
-          ("tuner.cli", "tuner.__main__"))
+          ("tuner.cli", "tuner.__main__"), ("simulator",))
+# The simulator is a product package above every room (no module of tuner/, launchers/ or
+# search_spaces/ imports it); only ``simulator.runs`` (servetune run as a user runs it) uses
+# the engine: the stand-in itself is a model of SGLang over the knob catalogue alone.
+STAND_IN_IMPORTS = ("search_spaces", "simulator")
 
 
 def floor_of(module: str) -> tuple[int, str]:
@@ -150,6 +156,26 @@ def test_rooms_import_only_their_floor_and_below() -> None:
             if t_level > level or (t_level == level and t_room != room and level == 4):
                 upward.append(f"{source} -> {target}")
     assert sorted(upward) == []
+
+
+def test_the_stand_in_imports_no_engine_module() -> None:
+    wrong = sorted(f"{source} -> {target}" for source, targets in graph().items()
+                   if source.startswith("simulator.") and source != "simulator.runs"
+                   for target in targets
+                   if not any(target == p or target.startswith(p + ".")
+                              for p in STAND_IN_IMPORTS))
+    assert wrong == []
+
+
+def test_benchmarks_import_nothing_of_tests() -> None:
+    """benchmarks/ uses the simulator, a product package, never the test suite's helpers."""
+    targets = {(path.relative_to(ROOT), target)
+               for path in (ROOT / "benchmarks").rglob("*.py")
+               for target, _ in imported(path, ".".join(
+                   path.relative_to(ROOT).with_suffix("").parts))}
+    assert any(t.startswith("simulator.") for _, t in targets)  # the scan sees imports
+    assert sorted(f"{path}: {t}" for path, t in targets
+                  if t == "tests" or t.startswith("tests.")) == []
 
 
 def test_no_import_circle() -> None:
