@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.landscapes import MACHINES, Landscape, builtin_landscape
+from benchmarks.landscapes import FAILURES, LEVERS, MACHINES, Landscape, builtin_landscape
+from benchmarks.landscapes_failures import failure_landscape
+from benchmarks.landscapes_levers import lever_landscape
 from benchmarks.machines import machine_landscape
 from search_spaces.knobs import CATALOGUE, Value
 from search_spaces.space import SearchSpace, from_mapping
@@ -244,6 +246,10 @@ def load_landscape(name: str) -> Landscape:
         return load_table(name.removeprefix("table:"))
     if name in MACHINES:
         return machine_landscape(name)
+    if name in LEVERS:
+        return lever_landscape(name)
+    if name in FAILURES:
+        return failure_landscape(name)
     return builtin_landscape(name)
 
 

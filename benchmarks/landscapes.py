@@ -270,16 +270,11 @@ NAMES = (*COST_MODEL, *TOYS, *MACHINES, *LEVERS, *FAILURES)
 
 
 def builtin_landscape(name: str) -> Landscape:
-    """A landscape of this module by name (COST_MODEL or TOYS; the machines and measured
-    tables: landscape_table.load_landscape)."""
+    """A landscape of this module by name (COST_MODEL or TOYS; the machines, the lever and
+    failure landscapes, which build on this module, and measured tables:
+    landscape_table.load_landscape)."""
     if name in COST_MODEL:
         return _cost_model(name)
-    if name in LEVERS:
-        from benchmarks.landscapes_levers import lever_landscape
-        return lever_landscape(name)
-    if name in FAILURES:
-        from benchmarks.landscapes_failures import failure_landscape
-        return failure_landscape(name)
     if name in TOYS:
         server, about = TOYS[name]
         space = from_mapping({**WIDE_SPACE, "name": name}, "benchmarks/landscapes.py")
