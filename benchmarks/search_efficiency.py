@@ -119,7 +119,7 @@ def run_search(landscape: Landscape, strategy: str, seed: int, budget: int, roun
     alg = stack.search_alg
     alg.set_search_properties(metric, mode, {})
     gave_up = _GaveUp()
-    logging.getLogger("tuner.search.filtering").addHandler(gave_up)
+    logging.getLogger("tuner.search.wrappers").addHandler(gave_up)
     sign = 1.0 if mode == "max" else -1.0
     first = picked = None
     best_measured: tuple[float, float] | None = None  # (signed measured mean, truth)
@@ -156,7 +156,7 @@ def run_search(landscape: Landscape, strategy: str, seed: int, budget: int, roun
             first = launched
         if picked is None and landscape.close(best_measured[1]):
             picked = launched
-    logging.getLogger("tuner.search.filtering").removeHandler(gave_up)
+    logging.getLogger("tuner.search.wrappers").removeHandler(gave_up)
     memory = stack.filtering.memory
     evidence = memory.evidence() if memory else []
     ruled = [f"{e['knob']}={e['value']}" for e in evidence]
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with_root_on_path()
     # "no new configuration after N attempts": counted below as a search that ended early
-    logging.getLogger("tuner.search.filtering").propagate = False
+    logging.getLogger("tuner.search.wrappers").propagate = False
 
     print(machine())
     print(f"{args.seeds} seeds from {args.first_seed}, budgets {', '.join(map(str, args.budgets))} trials, "

@@ -25,7 +25,10 @@ RAY_MODULES = frozenset({
     "tuner.run.screen", "tuner.run.trackers", "tuner.run.environment", "tuner.search.base",
     "tuner.search.space_searcher", "tuner.search.filtering", "tuner.search.staged",
     "tuner.search.fixed", "tuner.search.build", "tuner.run.nodes", "tuner.search.auto",
-    "tuner.search.adaptive", "tuner.search.tied",
+    "tuner.search.adaptive", "tuner.search.tied", "tuner.search.wrappers.base",
+    "tuner.search.wrappers.pins", "tuner.search.wrappers.refusal",
+    "tuner.search.wrappers.dedupe", "tuner.search.wrappers.failures",
+    "tuner.search.wrappers.reask",
 })
 # Modules that must work without Ray: reading results, deciding, reporting, one trial.
 RAY_FREE = ("tuner.output.report", "tuner.output.results", "tuner.output.exports",
