@@ -222,11 +222,11 @@ def write_table(path: Path, meta: Mapping[str, str], names: Sequence[str], metri
 def _run_objective(run_dir: Path) -> tuple[str | None, str | None, str | None]:
     """The run's metric, mode and space stages (as a --stages spec), where servetune.json
     and the space can be read."""
-    from tuner.spec import SPEC_FILE, ExperimentSpec
+    from tuner.record.spec_file import has_spec, load_spec
 
-    if not (run_dir / SPEC_FILE).exists():
+    if not has_spec(run_dir):
         return None, None, None
-    spec = ExperimentSpec.load(run_dir)
+    spec = load_spec(run_dir)
     workload = type(spec.workload.build())
     stages = None
     try:

@@ -174,12 +174,12 @@ def settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Path | None
     from launchers.proxy.launcher import ProxyArgs
     from search_spaces.knobs import CATALOGUE
     from tuner.cli.args import parse_pins
-    from tuner.spec import ExperimentSpec
+    from tuner.record.spec_file import load_spec
 
     overrides = {"check_correctness": False, "iters_per_round": args.iters,
                  "device": args.device, "ranks": args.ranks}
     if args.experiment is not None:
-        spec = ExperimentSpec.load(args.experiment)
+        spec = load_spec(args.experiment)
         if not isinstance(spec.workload, ProxyArgs):
             raise SystemExit(f"tuner_plugin_check: {args.experiment} ran the "
                              f"{spec.workload.kind} workload: give a proxy experiment or --pin")

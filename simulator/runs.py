@@ -27,6 +27,7 @@ import pandas as pd
 
 from launchers.process import Marked, kill_processes, marked_processes
 from tuner.record.files import JOURNAL, read_journal
+from tuner.record.spec_file import has_spec, load_spec
 from tuner.spec import ExperimentSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +162,7 @@ class Experiment:
     # ------------------------------------------------------------ reading back
     @property
     def spec(self) -> ExperimentSpec:
-        return ExperimentSpec.load(self.out)
+        return load_spec(self.out)
 
     @property
     def prefix(self) -> str:
@@ -206,7 +207,7 @@ class Experiment:
         return counts
 
     def leftovers(self) -> list[Marked]:
-        return marked_processes(self.prefix) if (self.out / "servetune.json").exists() else []
+        return marked_processes(self.prefix) if has_spec(self.out) else []
 
     def cleanup(self) -> list[Marked]:
         """Kill whatever this experiment left (the test then fails on what was found)."""

@@ -1,5 +1,5 @@
-"""ExperimentSpec: the validated description of one experiment, saved as DIR/servetune.json
-(through ``tuner.record.spec_file``, with its schema version).
+"""ExperimentSpec: the validated description of one experiment (saved as DIR/servetune.json
+by ``tuner.record.spec_file``).
 
 CLI flags and an optional experiment YAML become one ExperimentSpec; a ValidationError
 becomes a one-line CLI error (exit 2) before anything starts.
@@ -8,7 +8,6 @@ becomes a one-line CLI error (exit 2) before anything starts.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,7 @@ from search_spaces.knobs import Value
 from search_spaces.searches import DEFAULT as DEFAULT_SEARCH
 from search_spaces.searches import DEFAULT_STAGE, SearchName, StageSearchName
 from tuner.limits import SEARCH_KEY, WORST, Limit, level_column
-from tuner.record.files import SPEC_JSON
-from tuner.record.spec_file import has_spec, read_spec, write_spec
 
-SPEC_FILE = SPEC_JSON
 DEFAULT_PRESET = "verify-campaign"
 
 # The confirm stage's default cap (launches per configuration): sized in
@@ -147,19 +143,6 @@ class ExperimentSpec(BaseModel):
         that two experiments with one name in different folders never reap each other."""
         digest = hashlib.sha1(str(self.out_dir.resolve()).encode()).hexdigest()[:8]
         return f"{self.name}@{digest}"
-
-    def save(self) -> None:
-        write_spec(self.out_dir, self)
-
-    @classmethod
-    def load(cls, out_dir: Path) -> ExperimentSpec:
-        if not has_spec(out_dir):
-            raise SpecError(f"{out_dir}: not a servetune experiment (no {SPEC_FILE})")
-        try:
-            return read_spec(out_dir, cls)
-        except (ValidationError, json.JSONDecodeError) as err:
-            raise SpecError(f"{out_dir / SPEC_FILE}: unreadable experiment spec: "
-                            f"{one_line(err)}") from None
 
 
 class SpecError(ValueError):

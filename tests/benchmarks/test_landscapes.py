@@ -31,6 +31,7 @@ from benchmarks.search_efficiency import (
     run_search,
     spread,
 )
+from tuner.record.spec_file import save_spec
 from tuner.search.budget import sized_budget
 from tuner.spec import ExperimentSpec
 
@@ -189,7 +190,7 @@ def test_table_command_takes_the_runs_objective_and_stages(tmp_path: Path,
                                                           ) -> None:
     run = tmp_path / "run"
     _results_csv(run)
-    ExperimentSpec(name="landscape", out_dir=run, space="verify-campaign").save()
+    save_spec(ExperimentSpec(name="landscape", out_dir=run, space="verify-campaign"))
     out = tmp_path / "tables" / "h.csv"
     assert landscape_table.main([str(run), "--out", str(out), "--command", "servetune run"]) == 0
     meta, rows = landscape_table.read_table(out)

@@ -20,7 +20,7 @@ import pytest
 
 from launchers.process import kill_processes, marked_processes
 from simulator.runs import FAST, ROOT, env_for, ray_tmpdir
-from tuner.spec import ExperimentSpec
+from tuner.record.spec_file import load_spec
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def test_relative_paths_work_inside_trials(tmp_path: Path, server_cmd: str,
         finally:
             out = home / "out"
             if (out / "servetune.json").exists():
-                left = marked_processes(f"{ExperimentSpec.load(out).marker_id}/")
+                left = marked_processes(f"{load_spec(out).marker_id}/")
                 kill_processes([m.pid for m in left], grace=1.0)
                 assert not left, left
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

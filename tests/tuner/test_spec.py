@@ -10,25 +10,27 @@ import pytest
 
 from launchers.proxy.launcher import ProxyArgs
 from launchers.sglang.launcher import SGLangArgs
-from tuner.spec import SPEC_FILE, ExperimentSpec, Objective, SpecError
+from tuner.record.files import SPEC_JSON
+from tuner.record.spec_file import load_spec, save_spec
+from tuner.spec import ExperimentSpec, Objective, SpecError
 
 
 def test_the_default_workload_is_the_proxy_and_round_trips(tmp_path: Path) -> None:
     spec = ExperimentSpec(name="e", out_dir=tmp_path / "e")
     assert isinstance(spec.workload, ProxyArgs)
-    spec.save()
-    again = ExperimentSpec.load(tmp_path / "e")
+    save_spec(spec)
+    again = load_spec(tmp_path / "e")
     assert again == spec
 
 
 def test_servetune_json_carries_its_schema_version(tmp_path: Path) -> None:
     spec = ExperimentSpec(name="e", out_dir=tmp_path / "e")
-    spec.save()
-    data = json.loads((spec.out_dir / SPEC_FILE).read_text())
+    save_spec(spec)
+    data = json.loads((spec.out_dir / SPEC_JSON).read_text())
     assert data["schema_version"] == 1 and data["name"] == "e"
     del data["schema_version"]  # a file written before versions: version 1
-    (spec.out_dir / SPEC_FILE).write_text(json.dumps(data))
-    assert ExperimentSpec.load(spec.out_dir) == spec
+    (spec.out_dir / SPEC_JSON).write_text(json.dumps(data))
+    assert load_spec(spec.out_dir) == spec
 
 
 def test_the_workload_kind_picks_its_args(tmp_path: Path) -> None:
@@ -49,10 +51,10 @@ def test_two_folders_with_one_name_have_two_markers(tmp_path: Path) -> None:
 
 def test_a_folder_that_is_not_an_experiment_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="not a servetune experiment"):
-        ExperimentSpec.load(tmp_path)
-    (tmp_path / SPEC_FILE).write_text(json.dumps({"name": "x"}))
+        load_spec(tmp_path)
+    (tmp_path / SPEC_JSON).write_text(json.dumps({"name": "x"}))
     with pytest.raises(SpecError, match="unreadable experiment spec: out_dir"):
-        ExperimentSpec.load(tmp_path)
+        load_spec(tmp_path)
 
 
 def test_objective_speedup_by_mode() -> None:

@@ -18,7 +18,7 @@ from tuner.cli.args import CliError, knob_named, parse_pins, parse_value, spec_f
 from tuner.cli.nodes import check_nodes, command_lines
 from tuner.record.files import BROKEN_JSON
 from tuner.record.info import read_launch_script
-from tuner.record.spec_file import has_spec
+from tuner.record.spec_file import has_spec, load_spec, save_spec
 from tuner.setup import Setup, prepare
 from tuner.spec import ExperimentSpec
 
@@ -73,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.resume:
         folder = Path(args.resume).resolve()
-        spec = ExperimentSpec.load(folder).model_copy(update={"out_dir": folder})
+        spec = load_spec(folder).model_copy(update={"out_dir": folder})
         lock = hold(folder)
         if (folder / BROKEN_JSON).exists():
             raise CliError(f"{args.resume}: this search stopped because its environment was "
@@ -92,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         check_before_launch(spec, resume=resume)
         lock = lock or hold(spec.out_dir)
-        spec.save()  # resumable from here on, whenever the driver is killed
+        save_spec(spec)  # resumable from here on, whenever the driver is killed
         if spec.address is not None and args.address is None and not args.resume:
             print(f"Ray: joining the cluster at {spec.address} (from RAY_ADDRESS)", flush=True)
         if spec.screen is not None:
@@ -171,7 +171,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def load_setup(folder: Path) -> Setup:
     # The folder as given wins over the path saved in it (a copied or moved experiment).
-    return prepare(ExperimentSpec.load(folder).model_copy(update={"out_dir": folder.resolve()}))
+    return prepare(load_spec(folder).model_copy(update={"out_dir": folder.resolve()}))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from search_spaces.knobs import CATALOGUE, Value
-from tuner.spec import ExperimentSpec, SpecError
+from tuner.record.spec_file import load_spec
+from tuner.spec import SpecError
 
 Reader = Callable[[Mapping[str, Value], Path], dict[str, Value]]
 Ran = Callable[[str, Mapping[str, Value]], dict[str, Value]]  # (trial id, config) -> ran
@@ -22,7 +23,7 @@ def reader(out_dir: Path) -> Reader | None:
     key = str(Path(out_dir).resolve())
     if key not in _READERS:
         try:
-            _READERS[key] = ExperimentSpec.load(Path(out_dir)).workload.build().ran
+            _READERS[key] = load_spec(Path(out_dir)).workload.build().ran
         except (SpecError, OSError, ValueError):
             return None
     return _READERS[key]

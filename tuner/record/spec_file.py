@@ -1,20 +1,17 @@
-"""servetune.json: the experiment's spec as its folder keeps it, with its schema version.
-The model is ``tuner.spec.ExperimentSpec``, which reads and writes itself through here (its
-``load`` and ``save``): this module names no model of its own, so that the spec, below
-every room, imports no record that imports it."""
+"""servetune.json: the experiment's spec (``tuner.spec.ExperimentSpec``) as its folder keeps
+it, with its schema version. The spec is validated at the edge and knows no file; this is
+where it is saved and loaded."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypeVar
 
-from pydantic import BaseModel
+from pydantic import ValidationError
 
 from tuner.record.base import SCHEMA_VERSION, VERSION_KEY
 from tuner.record.files import SPEC_JSON, write_json
-
-M = TypeVar("M", bound=BaseModel)
+from tuner.spec import ExperimentSpec, SpecError, one_line
 
 
 def has_spec(folder: Path) -> bool:
@@ -22,15 +19,22 @@ def has_spec(folder: Path) -> bool:
     return (folder / SPEC_JSON).is_file()
 
 
-def write_spec(folder: Path, spec: BaseModel) -> None:
-    """The spec as servetune.json, atomically, its schema version first."""
-    write_json(folder / SPEC_JSON, {VERSION_KEY: SCHEMA_VERSION, **spec.model_dump(mode="json")})
+def save_spec(spec: ExperimentSpec) -> None:
+    """The spec as ``spec.out_dir``/servetune.json, atomically, its schema version first."""
+    write_json(spec.out_dir / SPEC_JSON,
+               {VERSION_KEY: SCHEMA_VERSION, **spec.model_dump(mode="json")})
 
 
-def read_spec(folder: Path, model: type[M]) -> M:
-    """servetune.json as ``model`` (absent version: 1). Raises FileNotFoundError without
-    one, ValueError (pydantic's ValidationError, json's JSONDecodeError) when unreadable."""
-    data = json.loads((folder / SPEC_JSON).read_text())
-    if isinstance(data, dict):
-        data.pop(VERSION_KEY, None)
-    return model.model_validate(data)
+def load_spec(folder: Path) -> ExperimentSpec:
+    """The spec in ``folder`` (a file without a version: version 1); SpecError, one line,
+    when the folder holds none or an unreadable one."""
+    path = folder / SPEC_JSON
+    if not path.is_file():
+        raise SpecError(f"{folder}: not a servetune experiment (no {SPEC_JSON})")
+    try:
+        data = json.loads(path.read_text())
+        if isinstance(data, dict):
+            data.pop(VERSION_KEY, None)
+        return ExperimentSpec.model_validate(data)
+    except (ValidationError, json.JSONDecodeError) as err:
+        raise SpecError(f"{path}: unreadable experiment spec: {one_line(err)}") from None

@@ -11,6 +11,7 @@ from tuner.output import broken
 from tuner.output.results import write_table
 from tuner.record.files import INPUTS_JSON, RUN_JSON
 from tuner.record.info import InputsRecord, RunInfo, write_record
+from tuner.record.spec_file import save_spec
 from tuner.run import confirm, finish
 from tuner.run.cluster import gpus_per_trial as node_gpus_per_trial
 from tuner.run.cluster import ray_cluster, trial_slots
@@ -67,7 +68,7 @@ def _reap_leftovers(setup: Setup, echo: Print) -> None:
 
 def _run(setup: Setup, spec: ExperimentSpec, out_dir: Path, *, resume: bool, echo: Print,
          arm: Callable[[], None]) -> RunOutcome:
-    spec.save()
+    save_spec(spec)
     inputs = setup.workload.inputs(spec.seed)
     if inputs is not None:
         write_record(out_dir / INPUTS_JSON, InputsRecord.model_validate(inputs))

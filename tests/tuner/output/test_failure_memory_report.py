@@ -14,6 +14,7 @@ from tuner.output import partners, ruled_out
 from tuner.output.report import facts, markdown
 from tuner.output.results import build_table
 from tuner.record.files import JOURNAL, RULED_OUT_JSON
+from tuner.record.spec_file import save_spec
 from tuner.run import finish
 from tuner.search.memory import FailureMemory
 from tuner.setup import Setup, prepare
@@ -49,7 +50,7 @@ def _setup(tmp_path: Path) -> Setup:
     model.mkdir()
     spec = ExperimentSpec(name="oom", out_dir=tmp_path / "exp", space=str(tmp_path / "space.yaml"),
                           rounds=1, workload=SGLangArgs(model=str(model), preflight=False))
-    spec.save()
+    save_spec(spec)
     return prepare(spec)
 
 

@@ -20,6 +20,7 @@ from tuner.output.progress import settings_text
 from tuner.output.ran import row_configs
 from tuner.output.results import build_table, summary_lines
 from tuner.record.files import JOURNAL, REJECTED
+from tuner.record.spec_file import save_spec
 from tuner.setup import Setup, prepare
 from tuner.spec import ExperimentSpec
 
@@ -37,7 +38,7 @@ def _setup(tmp_path: Path, **workload: Any) -> Setup:
                       measured=["output_throughput"], **workload)
     spec = ExperimentSpec(name="served", out_dir=tmp_path / "exp", space="speculative",
                           workload=args, weights="dummy", rounds=1, confirm=0)
-    spec.save()
+    save_spec(spec)
     setup = prepare(spec)
     setup.gpus_per_trial = 1
     return setup

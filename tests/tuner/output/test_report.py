@@ -20,6 +20,7 @@ from tuner.decide import confirm
 from tuner.output import confirm_text
 from tuner.output.plots import time_split
 from tuner.record.files import JOURNAL
+from tuner.record.spec_file import load_spec, save_spec
 from tuner.spec import ExperimentSpec
 
 BASE: dict[str, Any] = {}  # the space's baseline, filled in by the fixture
@@ -49,7 +50,7 @@ def stored(tmp_path: Path) -> Path:
                           confirm_top=1, workload=ProxyArgs(),
                           pins={"NCCL_MIN_NCHANNELS": None, "NCCL_BUFFSIZE": None,
                                 "NCCL_P2P_LEVEL": None, "NCCL_NTHREADS": None})
-    spec.save()
+    save_spec(spec)
     from tuner.setup import prepare
 
     BASE.update(prepare(spec).space.baseline())
@@ -108,7 +109,7 @@ def test_report_with_a_confirm_stage_that_found_no_winner(stored: Path) -> None:
     from tuner.output.results import build_table
     from tuner.setup import prepare
 
-    setup = prepare(ExperimentSpec.load(stored))
+    setup = prepare(load_spec(stored))
     df = build_table(stored, setup.objective, setup.space.baseline())
     assert set(df["phase"]) == {"search", "confirm"}
     cands = [confirm.Candidate("baseline", setup.space.baseline(), "base", 100.5),
@@ -133,7 +134,7 @@ def test_time_split_draws_compute_vs_allreduce_for_the_proxy(stored: Path, tmp_p
     from tuner.output.results import build_table
     from tuner.setup import prepare
 
-    setup = prepare(ExperimentSpec.load(stored))
+    setup = prepare(load_spec(stored))
     df = build_table(stored, setup.objective, setup.space.baseline())
     assert time_split(df, "est_tok_s", "max", tmp_path / "split.png")
     _check_png(tmp_path / "split.png", min_h=150)
@@ -143,7 +144,7 @@ def test_time_split_draws_compute_vs_allreduce_for_the_proxy(stored: Path, tmp_p
 
 def test_report_of_a_folder_without_trials_is_bad_input(tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    ExperimentSpec(name="empty", out_dir=tmp_path / "e", workload=ProxyArgs()).save()
+    save_spec(ExperimentSpec(name="empty", out_dir=tmp_path / "e", workload=ProxyArgs()))
     assert cli.main(["report", str(tmp_path / "e")]) == 2
     assert "no trial has been recorded yet" in capsys.readouterr().err
 

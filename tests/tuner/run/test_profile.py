@@ -18,6 +18,7 @@ from launchers.sglang.launcher import SGLangArgs
 from tuner import cli
 from tuner.cli.args import spec_from_args
 from tuner.output.profile_report import profile_summary
+from tuner.record.spec_file import save_spec
 from tuner.run import profile
 from tuner.setup import prepare
 from tuner.spec import ExperimentSpec
@@ -31,7 +32,7 @@ def experiment(tmp_path: Path, best: dict[str, Any] | None = None) -> Experiment
     `servetune profile` reads: servetune.json, results.csv, best.json."""
     spec = ExperimentSpec(name=f"proftest-{os.getpid()}", out_dir=tmp_path / "exp",
                           workload=ProxyArgs(model="tiny", kv_len=64, iters_per_round=3))
-    spec.save()
+    save_spec(spec)
     (spec.out_dir / "results.csv").write_text(
         "trial_id,order,phase,baseline,status\nt0001,1,search,False,ok\n"
         "t0000,0,search,True,ok\n")
