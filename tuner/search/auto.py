@@ -115,8 +115,6 @@ class AutoSearcher(Refine, ModelPhase, OwnSpaceSearcher):
         self.model: Model | None = None
         self.rng = random.Random(seed)
 
-    _transient = ("make_model",)
-
     # ------------------------------------------------------------ proposing
     def suggest(self, trial_id: str) -> Config | None:
         if not self.phase_of:

@@ -1,22 +1,32 @@
-"""The base of searchers that own their space: metric and mode from Ray, state saved by
-pickling (restored in place, so that objects others hold stay the same objects)."""
+"""The base of servetune's strategies: metric and mode from Ray, and no state saved. A resumed
+run builds the searcher afresh and replays the experiment's journal into it
+(tuner.run.replay): each finished trial suggested again under its id (a seeded strategy
+proposes it again) and told its rounds and end, as the run that was cut short told them. So
+Ray's searcher checkpoint is a marker only, and ``restore`` reads nothing from it."""
 
 from __future__ import annotations
 
-import pickle
+import json
 from pathlib import Path
 from typing import Any
 
 from ray.tune.search import Searcher
 
-from tuner.search.memory import FailureMemory
+MARKER = {"state": "replayed from the experiment's journal (results.jsonl)"}
 
 
-class OwnSpaceSearcher(Searcher):
-    """save/restore by pickling the searcher's own state (restored in place)."""
+class JournalState(Searcher):
+    """save writes a JSON marker; restore keeps what the journal's replay rebuilt."""
 
-    _transient: tuple[str, ...] = ()
+    def save(self, checkpoint_path: str) -> None:
+        Path(checkpoint_path).write_text(json.dumps({"searcher": type(self).__name__,
+                                                     **MARKER}))
 
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+
+class OwnSpaceSearcher(JournalState):
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
                               **spec: Any) -> bool:
         """Searchers that own their space take only the metric and mode from Ray."""
@@ -25,17 +35,3 @@ class OwnSpaceSearcher(Searcher):
         if mode:
             self._mode = mode
         return True
-
-    def save(self, checkpoint_path: str) -> None:
-        state = {k: v for k, v in self.__dict__.items() if k not in self._transient}
-        Path(checkpoint_path).write_bytes(pickle.dumps(state))
-
-    def restore(self, checkpoint_path: str) -> None:
-        state = pickle.loads(Path(checkpoint_path).read_bytes())
-        for key, value in state.items():
-            current = self.__dict__.get(key)
-            # An object others hold too (an inner searcher, the failure memory): keep it.
-            if isinstance(current, (Searcher, FailureMemory)) and hasattr(value, "__dict__"):
-                current.__dict__.update(value.__dict__)  # keep identities others hold
-            else:
-                self.__dict__[key] = value

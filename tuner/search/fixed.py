@@ -1,18 +1,19 @@
 """FixedPoints: the given configurations in order (the confirm stage's repeats, a screen's
-promoted settings), remembering which trial ran which point."""
+promoted settings), remembering which trial ran which point. Nothing saved: a resumed run
+replays the journal into it (tuner.run.replay)."""
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ray.tune.search import Searcher
 
 from search_spaces.knobs import Value
+from tuner.search.base import JournalState
 
 
-class FixedPoints(Searcher):
+class FixedPoints(JournalState):
     """Suggests the given configurations in order, then FINISHED; remembers which trial ran
     which point (for labels and for grouping the repeats)."""
 
@@ -37,18 +38,3 @@ class FixedPoints(Searcher):
     def label_of(self, trial_id: str) -> str | None:
         index = self.assigned.get(trial_id)
         return None if index is None else self.labels[index]
-
-    def get_state(self) -> dict[str, Any]:
-        return {"points": self.points, "labels": self.labels, "assigned": self.assigned}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.points, self.labels = state["points"], state["labels"]
-        self.assigned = state["assigned"]
-
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.get_state(), f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            self.set_state(pickle.load(f))

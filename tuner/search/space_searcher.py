@@ -28,8 +28,6 @@ class SpaceSearcher(OwnSpaceSearcher):
         self.grid_index = 0
         self._grid: list[Config] | None = None
 
-    _transient = ("_grid",)
-
     def suggest(self, trial_id: str) -> Config | None:
         if not self.seen:
             return self._take(self.space.baseline())

@@ -81,8 +81,6 @@ class StagedSearcher(OwnSpaceSearcher):
         self.winner_trial: str | None = None
         self.history: list[StageRecord] = []
 
-    _transient = ("make_inner",)
-
     @property
     def current_stage(self) -> str:
         if self.stage_index < 0:

@@ -18,6 +18,8 @@ from tuner.decide.confirm import (
     without_speculative_knobs,
 )
 from tuner.output.confirm_text import lines
+from tuner.record.files import JOURNAL, append_jsonl
+from tuner.run.replay import replay, search_state
 from tuner.search.fixed import FixedPoints
 from tuner.stats import interval
 
@@ -54,9 +56,11 @@ def test_fixed_points_suggests_each_point_once_then_finishes(tmp_path: Path) -> 
     assert searcher.suggest("y") == {"a": 2}
     assert searcher.suggest("z") == FixedPoints.FINISHED
     assert (searcher.label_of("y"), searcher.label_of("z")) == ("two", None)
-    searcher.save(str(tmp_path / "state.pkl"))
-    again = FixedPoints([], [])
-    again.restore(str(tmp_path / "state.pkl"))
+    for tid, a in (("x", 1), ("y", 2)):  # no pickle: rebuilt from the journal, as on resume
+        append_jsonl(tmp_path / JOURNAL, {"event": "start", "trial_id": tid, "config": {"a": a}})
+        append_jsonl(tmp_path / JOURNAL, {"event": "end", "trial_id": tid, "status": "ok"})
+    again = FixedPoints([{"a": 1}, {"a": 2}], ["one", "two"])
+    assert replay(search_state(tmp_path), again) == []
     assert again.assigned == {"x": 0, "y": 1} and again.suggest("w") == FixedPoints.FINISHED
 
 

@@ -5,6 +5,7 @@ from the space."""
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
 import random
@@ -18,6 +19,8 @@ from ray.tune.search import Searcher
 from search_spaces import knobs
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace, from_mapping
+from tuner.record.files import JOURNAL, append_jsonl
+from tuner.run.replay import replay, search_state
 from tuner.search.auto import BASELINE, MODEL, SWEEP, AutoSearcher
 from tuner.search.auto_model import TURNS
 from tuner.search.budget import MODEL_TURNS, estimate, sized_budget, sweep_size
@@ -167,13 +170,24 @@ def test_then_the_model_never_repeats_and_the_search_ends_with_the_space() -> No
     assert MODEL in searcher.phase_of.values()
 
 
-def test_the_searcher_survives_save_and_restore(tmp_path: Path) -> None:
+def test_the_searcher_is_rebuilt_from_its_journal(tmp_path: Path) -> None:
+    """No pickle: Ray's checkpoint is a marker, and a fresh searcher told the journal's trials
+    (as a resume replays them) is where the first one was."""
     space = _space()
     first = AutoSearcher(space, 2, 0, "tok_s", "max")
-    _drive(first, _separable, budget=7)
+    for i, point in enumerate(_drive(first, _separable, budget=7)):
+        value, tid = _separable(point), f"t{i}"
+        events: list[dict[str, Any]] = [{"event": "start", "trial_id": tid, "config": point}]
+        events += [{"event": "end", "trial_id": tid, "status": "failed",
+                    "failure": {"kind": "graph_capture"}}] if value is None else [
+            *({"event": "result", "trial_id": tid, "tok_s": value, "round": r} for r in (1, 2)),
+            {"event": "end", "trial_id": tid, "status": "ok"}]
+        for event in events:
+            append_jsonl(tmp_path / JOURNAL, event)
     first.save(str(tmp_path / "ckpt"))
+    assert json.loads((tmp_path / "ckpt").read_text())["searcher"] == "AutoSearcher"
     again = AutoSearcher(space, 2, 0, "tok_s", "max")
-    again.restore(str(tmp_path / "ckpt"))
+    assert replay(search_state(tmp_path), again) == []
     assert again.best() == first.best() and again.launched == first.launched
     assert pickle.loads(pickle.dumps(again)).suggest("t7") == first.suggest("t7")
 
