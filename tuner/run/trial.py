@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from launchers import process
@@ -19,7 +18,7 @@ from launchers.failures import Failure, FailureKind, TrialFailed
 from search_spaces.knobs import Value
 from search_spaces.space import SearchSpace
 from tuner.record.files import FAILURE_JSON
-from tuner.record.trial_file import read_trial, write_effective, write_failure
+from tuner.record.trial_file import write_effective, write_failure
 from tuner.run.lifecycle import Launch, Limits
 
 log = logging.getLogger(__name__)
@@ -128,7 +127,3 @@ def _absorb(record: TrialRecord, launch: Launch) -> None:
 def _effective_columns(effective: Mapping[str, Any]) -> dict[str, Any]:
     columns = effective.get("columns", {})
     return _numeric_only(columns) if isinstance(columns, dict) else {}
-
-
-def read_record(folder: Path) -> dict[str, Any] | None:
-    return read_trial(folder)
