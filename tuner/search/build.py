@@ -69,7 +69,8 @@ def leaf_searcher(kind: str, space: SearchSpace, objective: Objective, seed: int
 
 
 class _StageInner:
-    """Picklable factory for a stage's searcher (a closure would not survive resume)."""
+    """Picklable factory for a stage's searcher (Ray pickles the searcher with the Tuner,
+    where a closure would not do)."""
 
     def __init__(self, kind: str, objective: Objective, study: Study | None = None) -> None:
         self.kind = kind

@@ -1,6 +1,6 @@
 """The feasibility model: which configurations are worth launching, learned from what ran and
 what failed over combinations of settings, and which retries a suspect value gets. Plain
-Python (no Ray), read by FilteringSearcher.
+Python (no Ray), read by the failure wrappers (wrappers/failures.py).
 
 A value that failed beside the baseline is a suspect (memory.py), not guilty: it is retried,
 within ``RETRY_SHARE`` of the budget, beside other values of the levers that matter for its

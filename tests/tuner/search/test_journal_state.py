@@ -5,6 +5,7 @@ one that ran without interruption; Ray's checkpoint of it is a JSON marker."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,5 @@ def test_rays_checkpoint_of_the_searcher_is_a_marker(tmp_path: Path, search: str
     assert "journal" in marker["state"]
     assert stack.search_alg.get_state()  # Ray's own limiter keeps its counts
     assert stack.filtering.get_state() == {}
+    again = pickle.loads(pickle.dumps(stack.search_alg))  # Ray pickles it with the Tuner
+    assert again.suggest("t04") == stack.search_alg.suggest("t04")
