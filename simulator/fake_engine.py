@@ -8,9 +8,10 @@ drafted tokens by its prompt's content (content.py) unless ``--fake-accept-lengt
 Every ``--decode-log-interval`` decode batches the loop does what SGLang 0.5.23's
 ``report_decode_stats`` does (srt/managers/scheduler_components/metrics_reporter.py): the
 "Decode batch" line, the gauges, the lifetime accept-length totals, and, with
-``SGLANG_RECORD_STEP_TIME``, one ``step_time_dict[<running requests>]`` entry: the wall time
-since the previous entry (idle time included) / the interval, on the model's clock (divided by
-``--fake-time-scale``, like the device-timer counters).
+``SGLANG_RECORD_STEP_TIME``, one ``step_time_dict[<running requests>]`` entry: the time
+since the previous entry (idle time included) / the interval, read on the model's deadline
+clock (a late wake-up of a busy box that the next steps make up is not in it) and divided by
+``--fake-time-scale``, like the device-timer counters.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from simulator.fake_ranks import stamp
 
 _print_lock = threading.Lock()
 # How far the model clock may fall behind before it gives up catching up (a stalled box).
-CATCH_UP_S = 0.05
+# Half a second: a busy box's preemptions (tens of ms, a few hundred with two busy loops and
+# Ray's start beside it) are made up by the next steps, so a round's figures stay the model's.
+CATCH_UP_S = 0.5
 
 
 def log(message: str, tag: str = "") -> None:
@@ -145,7 +148,7 @@ class Engine(threading.Thread):
         self.verify_total = 0
         self.step_times: dict[str, list[float]] = {}
         self.decode_ct = 0  # decode batches since start or /flush_cache (forward_ct_decode)
-        self.last_tic = time.perf_counter()  # end of the previous step-time window
+        self.last_tic = time.monotonic()  # end of the previous step-time window (model clock)
         self.window: list[tuple[int, int, int]] = []  # (tokens, verify ct, correct) per batch
         self.halted = False
         self.due: float | None = None  # the model clock's deadline (monotonic s); None idle
@@ -264,7 +267,10 @@ class Engine(threading.Thread):
 
     def _report_decode(self, graph: bool, batch: int) -> None:
         s = self.server
-        now = time.perf_counter()
+        # The window ends on the model clock (the deadline the last step slept to): a late
+        # wake-up that the next steps make up is the box's, not the model's; idle time and
+        # a stall past CATCH_UP_S restart the clock, so they are in, as in SGLang's wall time.
+        now = self.due if self.due is not None else time.monotonic()
         gap, self.last_tic = now - self.last_tic, now
         interval = max(1, s.args.decode_log_interval)
         tokens = sum(w[0] for w in self.window)

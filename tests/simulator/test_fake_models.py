@@ -80,27 +80,34 @@ def test_random_weights_accept_no_drafted_token(argv: list[str], accepted: bool)
 
 def test_step_time_dict_follows_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
     """One entry per --decode-log-interval decode batches, keyed by the running batch size,
-    worth the window's wall time / the interval in seconds (idle time included), on the
-    model's clock."""
+    worth the window's time / the interval in seconds (idle time included), on the
+    model's deadline clock."""
     monkeypatch.setenv("SGLANG_RECORD_STEP_TIME", "1")
     scale = 0.5  # real seconds per model second: wall-clock overheads stay small
     server = sglang_server.FakeServer(args(
         "--speculative-algorithm", "EAGLE3", "--decode-log-interval", "5", "--fake-noise", "0",
         "--fake-verify-ms", "20", "--fake-draft-ms", "5", "--fake-time-scale", str(scale)))
     engine = server.engine
-    engine.last_tic = time.perf_counter()
+    engine.last_tic = engine.due = time.monotonic()  # the window opens on the model's clock
     engine.running = [Request("a", 8, 10_000), Request("b", 8, 10_000)]
     for _ in range(4):
         engine._cycle()
     assert engine.step_times == {}  # no window closed yet
     engine._cycle()
     (first,) = engine.step_times["2"]
-    assert 0.0255 <= first < 0.040  # 20 + 5 + 0.5 model ms per step, plus overheads
+    # 20 + 5 + 0.5 model ms per step on the model's clock: a late wake-up is not in it
+    assert first == pytest.approx(0.0255, rel=1e-6)
+    idle_began = engine.due
     time.sleep(0.200 * scale)  # idle: 200 model ms
+    engine.due = None  # as the loop goes idle: the model clock restarts with the next step
     for _ in range(5):
         engine._cycle()
     second = engine.step_times["2"][1]
-    assert 0.030 < second - first < 0.060  # the 200 ms idle, spread over the 5 steps
+    assert engine.due is not None and idle_began is not None
+    idle = engine.due - 5 * 0.0255 * scale - idle_began  # the clock restarted after the idle
+    assert idle >= 0.200 * scale
+    # the idle time, spread over the 5 steps of the window that holds it
+    assert second - first == pytest.approx(idle / scale / 5, rel=1e-6)
     engine.running = engine.running[:1]
     for _ in range(5):
         engine._cycle()
