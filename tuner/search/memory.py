@@ -269,9 +269,6 @@ class FailureMemory:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_verdicts": None, "_suspects": []}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"held": [], **state})  # a memory pickled before ``held``
-
     @classmethod
     def replay(cls, never: Mapping[str, Value], outcomes: Iterable[Outcome],
                domains: Mapping[str, tuple[Value, ...]] | None = None) -> FailureMemory:

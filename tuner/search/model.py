@@ -6,8 +6,8 @@ that failed is a trial that breaks a constraint (``constraints["failed"] = 1``),
 counts it with the worst; proposals still running count as bad too (``constant_liar``) so
 that concurrent trials spread out. No Ray here.
 
-The study lives in memory and is not pickled: a restored searcher rebuilds it from the points
-it kept (the same data, a fresh random state)."""
+The study lives in memory and is not pickled (Ray pickles the searcher with the Tuner): an
+unpickled model rebuilds it from the points it kept (the same data, a fresh random state)."""
 
 from __future__ import annotations
 
