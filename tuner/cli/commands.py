@@ -176,10 +176,13 @@ def load_setup(folder: Path) -> Setup:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The summary, and DIR/report.html + DIR/plots/*.png + DIR/best/report.md from disk."""
+    from tuner.decide.confirm import open_stage
+    from tuner.decide.sequential import Plan
     from tuner.output import broken, confirm_text
     from tuner.output.readiness import campaign
     from tuner.output.results import search_rows, summary_lines, write_table
     from tuner.record.experiment import Experiment
+    from tuner.record.rows import rows_of
     from tuner.run.finish import ReportError, decision_data, write_reports
     from tuner.run.lock import holder
 
@@ -195,8 +198,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     environment = exp.broken
     for line in broken.lines(environment, setup.out_dir) if environment else []:
         print(line)
-    data = exp.confirm or decision_data(setup, df, "no confirm stage ran", exp)
-    for line in confirm_text.lines(data):
+    interim = [] if exp.confirm else open_stage(
+        rows_of(df), exp.settings(), setup.objective.mode, Plan(cap=max(setup.spec.confirm, 1)))
+    data = exp.confirm or decision_data(
+        setup, df, "the confirm stage was interrupted" if interim else "no confirm stage ran", exp)
+    for line in interim + confirm_text.lines(data):
         print(line)
     for line in campaign(exp, df).lines():
         print(line)

@@ -31,8 +31,8 @@ from tuner.spec import Objective
 from tuner.stats import Interval, finite, interval
 
 __all__ = ["Candidate", "attach", "candidates", "comparisons", "decide_confirmed",
-           "entry_interval", "search_decision", "search_score", "served", "speculative_verdict",
-           "summarize", "unconfirmed", "without_speculative_knobs"]
+           "entry_interval", "open_stage", "search_decision", "search_score", "served",
+           "speculative_verdict", "summarize", "unconfirmed", "without_speculative_knobs"]
 
 # ---------------------------------------------------------------- statistics and the verdict
 
@@ -225,6 +225,32 @@ def unconfirmed(table: Rows, cands: Sequence[Candidate], repeats: int, mode: str
     return attach(Decision("unconfirmed", f"{best.label} ({best.source_trial}) is the search's "
                             f"best{score}, not checked against noise ({why})", best.label),
                    cands)
+
+
+def open_stage(table: Rows, settings: Mapping[str, Mapping[str, Value]], mode: str,
+               plan: Plan) -> list[str]:
+    """What an interrupted confirm stage had found (its journal's ended launches, no
+    confirm.json yet): each configuration's launch means and each candidate's comparison with
+    the baseline by the stage's own rule. Empty when the journal has no confirm launch."""
+    groups: dict[str, tuple[bool, list[float]]] = {}
+    launches = 0
+    for r in rows_of(table):
+        if r.phase != "confirm" or r.variant is not None or not r.done or r.score is None:
+            continue
+        key = " ".join(f"{k.lstrip('-')}={v}" for k, v in
+                       sorted(settings.get(r.trial_id, {}).items())) or "every knob unset"
+        groups.setdefault(key, (r.baseline, []))[1].append(r.score)
+        launches += 1
+    base = next((scores for is_base, scores in groups.values() if is_base), None)
+    if not launches or base is None:
+        return []
+    lines = [f"confirm stage interrupted after {launches} launches (the journal's; resume to "
+             f"go on): baseline {', '.join(f'{v:.4g}' for v in base)}"]
+    for key, (is_base, scores) in groups.items():
+        if not is_base:
+            lines.append(f"  {key}: {', '.join(f'{v:.4g}' for v in scores)}; "
+                         f"{compare(scores, base, mode, plan).text()}")
+    return lines
 
 
 def attach(decision: Decision, cands: Sequence[Candidate]) -> Decision:
