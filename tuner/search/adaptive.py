@@ -1,6 +1,7 @@
 """AdaptivePoints: fixed configurations launched in an order decided as results come in (the
 confirm stage's sequential launches): before each launch it asks ``choose`` which point is
-next, or whether to stop, and remembers which trial ran which point."""
+next, or whether to stop, and remembers which trial ran which point. Nothing saved: a resumed
+stage reads the trials it ended back from the journal (tuner.run.confirm)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from search_spaces.knobs import Value
+from tuner.search.base import JournalState
 
 # Given trial id -> point index so far, the next point's index (None: finished).
 Chooser = Callable[[Mapping[str, int]], "int | None"]
 
 
-class AdaptivePoints(Searcher):
+class AdaptivePoints(JournalState):
     """Suggests ``points[choose(assigned)]`` until ``choose`` says None, then FINISHED; a
     launch's label is its point's label and its count ("top 1 3/10")."""
 

@@ -1,7 +1,7 @@
 """The searcher stack and the scheduler for an experiment.
 
-searcher = ConcurrencyLimiter(FilteringSearcher(auto | random | grid | Optuna | staged)),
-FilteringSearcher the chain of wrappers, one concern each (filtering.py).
+searcher = ConcurrencyLimiter(FilteringSearcher(auto | random | grid | Optuna | staged)), where
+FilteringSearcher is a chain of wrappers, one concern each (filtering.py composes it).
 The baseline is always the first suggestion, and runs alone when one trial runs at a time.
 Without ``samples`` the budget is sized from the space (``budget.sized_budget``).
 """
