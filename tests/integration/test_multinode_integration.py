@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ import pytest
 from launchers.ports import ephemeral_range
 from launchers.process import ServerProcess, marked_processes
 from search_spaces.space import load_preset
-from simulator.runs import ROOT, Experiment, env_for, stand_in
+from simulator.runs import FAST, ROOT, Experiment, env_for, stand_in
 from tests.integration.sim_cluster import SimCluster, left_on, sim_cluster
 from tuner.run.multinode import NODE_ENV
 
@@ -67,10 +68,11 @@ def test_the_end_of_run_sweep_reaps_each_nodes_leftovers(cluster: SimCluster,
     assert not survivors
 
 
-def _args(exp: Experiment, cluster: SimCluster) -> list[str]:
+def _args(exp: Experiment, cluster: SimCluster, server: str | None = None, samples: int = 5,
+          rounds: int = 4) -> list[str]:
     return ["run", "--address", cluster.address, "--nodes-per-trial", "2",
-            "--model", str(exp.model), "--server-cmd", stand_in(), "--port", "0",
-            "--space", "nccl-multinode", "--samples", "5", "--rounds", "4",
+            "--model", str(exp.model), "--server-cmd", server or stand_in(), "--port", "0",
+            "--space", "nccl-multinode", "--samples", str(samples), "--rounds", str(rounds),
             "--scheduler", "fifo", "--confirm", "0", "--input-len", "16", "--output-len", "96",
             "--requests-per-round", "3", "--stop-grace", "1", "--ready-timeout", "60",
             "--no-preflight", "--out", str(exp.out)]
@@ -144,6 +146,76 @@ def test_a_node_with_another_sglang_stops_the_run_in_one_line_before_anything_st
                     r"servetune and SGLang$", errors[0]), errors[0]
     assert not [e for e in exp.journal() if e.get("event") == "start"]
     assert not marked_processes(exp.prefix)
+
+
+# A follower's fabric failing at NCCL's init, as SGLang logs it (its scheduler's exception).
+NCCL_INIT_ERROR = """\
+[2026-12-03 05:00:00 TP8] Scheduler hit an exception: Traceback (most recent call last):
+  File "/root/site/sglang/srt/managers/scheduler.py", line 4623, in run_scheduler_process
+    scheduler = Scheduler(
+torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/\
+ProcessGroupNCCL.cpp:3356, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL \
+version 2.28.9
+ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device \
+error.
+Last error:
+socket recv: Connection reset by peer
+"""
+# The stand-in, except node 1 of a trial whose environment sets FAULTY: that one prints the
+# log above and dies as SGLang does (--fake-replay-log: SIGKILL of its own tree).
+FOLLOWER_FAULT = """\
+import os, sys
+from simulator import sglang_server
+argv = sys.argv[1:]
+if os.environ.get({knob!r}) == {value!r} and argv[argv.index("--node-rank") + 1] == "1":
+    argv += ["--fake-replay-log", {log!r}]
+sys.exit(sglang_server.main(argv))
+"""
+# --search grid --samples 3: the baseline, then NCCL_PXN_DISABLE=0 and =1 (the grid's first
+# points, whatever the seed): the faulty value is launched once, after the baseline has run (the
+# same failure on node 0 there makes NCCL_PXN_DISABLE=1 a suspect: suspects.json).
+FAULTY = ("NCCL_PXN_DISABLE", "1")
+
+
+def test_a_follower_only_nccl_error_rules_nothing_out_and_the_run_goes_on(
+        cluster: SimCluster, tmp_path: Path) -> None:
+    """Before the node-killing test (it needs all four nodes). One trial's follower (node 1)
+    fails at NCCL's init, its node 0 healthy: the trial fails as nccl_error with node 1 and
+    both nodes named, node 0's server is stopped with it, nothing is ruled out nor suspect
+    (one node's fabric says nothing about a setting until it repeats on other nodes), and
+    the run ends as usual with every other trial measured and nothing left on any node."""
+    log = tmp_path / "nccl-init-error.log"
+    log.write_text(NCCL_INIT_ERROR)
+    code = FOLLOWER_FAULT.format(knob=FAULTY[0], value=FAULTY[1], log=str(log))
+    server = shlex.join([sys.executable, "-c", code, *FAST])
+    exp = Experiment.create(tmp_path, cluster.ray_tmp)
+    args = [*_args(exp, cluster, server=server, samples=3, rounds=1), "--search", "grid"]
+    try:
+        result = exp.run(args, timeout=300)
+        every_node = cluster.node_ids()
+        left = {n: left_on(exp.prefix, n) for n in every_node}
+        anywhere = marked_processes(exp.prefix)
+    finally:
+        leaked = exp.cleanup()
+    assert result.returncode == 0, result
+    assert not leaked and not anywhere and all(not found for found in left.values()), left
+
+    starts = {e["trial_id"]: e["config"] for e in exp.journal() if e.get("event") == "start"}
+    ends = {e["trial_id"]: e for e in exp.journal() if e.get("event") == "end"}
+    [faulty] = [t for t, c in starts.items() if str(c.get(FAULTY[0])) == FAULTY[1]]
+    assert len(starts) == len(ends) == 3, (starts, ends)
+    failure = ends[faulty]["failure"]
+    assert ends[faulty]["status"] == "failed" and failure["kind"] == "nccl_error", failure
+    assert failure["details"]["node_rank"] == 1 and failure["message"].startswith(
+        "node 1 (Ray node "), failure
+    placed = _nodes(exp, faulty) or []
+    assert [n["rank"] for n in placed] == [0, 1], placed
+    assert failure["details"]["placement"] == [n["node_id"] for n in placed], failure
+    assert "ncclSystemError" in (exp.out / faulty / "node1" / "server.log").read_text()
+    assert {ends[t]["status"] for t in ends if t != faulty} == {"ok"}, ends
+    # Nothing ruled out, nor suspect: the value may be launched again.
+    assert not (exp.out / "ruled_out.json").exists(), (exp.out / "ruled_out.json").read_text()
+    assert not (exp.out / "suspects.json").exists(), (exp.out / "suspects.json").read_text()
 
 
 def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_trial(
