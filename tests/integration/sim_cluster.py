@@ -10,6 +10,11 @@ A node is killed as a machine dies: its raylet and everything under it (the Ray 
 started and the servers they started), SIGKILL by PID, then the node is removed. Processes
 of a trial across nodes carry the Ray node they run on (SERVETUNE_NODE), so that what a node
 leaves behind is found per node although every "node" shares this machine's /proc.
+
+Each node has its own folder of port reservations (launchers/ports.py's lock dir, set in its
+raylet's environment and so in every Ray worker there: ``SimCluster.port_locks``), as each
+machine of a real cluster has its own /tmp: a reservation made on one node is not seen on
+another (a bound port still is: all share one address).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 import psutil
 
+from launchers.ports import LOCK_DIR_ENV
 from launchers.process import Marked, marked_processes
 from simulator.runs import ROOT, ray_tmpdir
 from tuner.run.multinode import NODE_ENV
@@ -36,6 +42,7 @@ FAST_HEALTH_CHECK = {"health_check_period_ms": 1000, "health_check_failure_thres
 class SimCluster:
     cluster: Any  # ray.cluster_utils.Cluster
     ray_tmp: Path
+    port_locks: dict[str, Path]  # each worker node's folder of port reservations, by node id
 
     @property
     def address(self) -> str:
@@ -86,11 +93,29 @@ def sim_cluster(nodes: int) -> Iterator[SimCluster]:
             "num_cpus": 1, "num_gpus": 0, "temp_dir": str(ray_tmp), "include_dashboard": False,
             "_system_config": FAST_HEALTH_CHECK})
         try:
-            for _ in range(nodes):
-                cluster.add_node(num_cpus=1, num_gpus=8, temp_dir=str(ray_tmp))
-            yield SimCluster(cluster, ray_tmp)
+            locks = {}
+            for index in range(nodes):
+                folder = ray_tmp / "ports" / f"node{index}"
+                with environ(LOCK_DIR_ENV, str(folder)):  # the raylet's, and its workers'
+                    node = cluster.add_node(num_cpus=1, num_gpus=8, temp_dir=str(ray_tmp))
+                locks[node.node_id] = folder
+            yield SimCluster(cluster, ray_tmp, locks)
         finally:
             cluster.shutdown()
+
+
+@contextlib.contextmanager
+def environ(key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` in this process's environment for a while."""
+    saved = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
 
 
 @contextlib.contextmanager

@@ -9,7 +9,10 @@ trials fail as node_lost with the node named, no value is ruled out, the search 
 nodes left, and nothing of the experiment is left on any node; each trial's plan and
 best/launch.sh show both nodes' commands, and each follower served its own port. A shorter
 run before it (a grid's first three points) has one trial's follower fail at NCCL's init:
-nccl_error with node 1 named, nothing ruled out, the run goes on.
+nccl_error with node 1 named, nothing ruled out, the run goes on. Another (the same grid) has
+the third trial's follower find its meeting ports reserved on its node (each simulated node
+has its own reservations): port_busy with node 1 named before any server of that trial starts,
+nothing ruled out, the run goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,8 +32,9 @@ from typing import Any
 
 import pytest
 
-from launchers.ports import ephemeral_range
-from launchers.process import ServerProcess, marked_processes
+from launchers.multinode import MEETING_PORTS
+from launchers.ports import PortLease, ephemeral_range, meeting_range
+from launchers.process import MARKER_ENV, ServerProcess, marked_processes
 from search_spaces.space import load_preset
 from simulator.runs import FAST, ROOT, Experiment, env_for, stand_in
 from tests.integration.sim_cluster import SimCluster, left_on, sim_cluster
@@ -216,6 +221,129 @@ def test_a_follower_only_nccl_error_rules_nothing_out_and_the_run_goes_on(
     assert "ncclSystemError" in (exp.out / faulty / "node1" / "server.log").read_text()
     assert {ends[t]["status"] for t in ends if t != faulty} == {"ok"}, ends
     # Nothing ruled out, nor suspect: the value may be launched again.
+    assert not (exp.out / "ruled_out.json").exists(), (exp.out / "ruled_out.json").read_text()
+    assert not (exp.out / "suspects.json").exists(), (exp.out / "suspects.json").read_text()
+
+
+# The stand-in, each launch noted (its marker) in GATE/launched; node 0 of a trial waits, once
+# its followers are up, for GATE/held (GATE/node0.<pid> says it waits): the first two trials'
+# followers pass their port checks before the test's reservations are taken, and both trials
+# end only after (the third starts when one of them ends).
+PORT_GATE = """\
+import os, sys, time
+from pathlib import Path
+from simulator import sglang_server
+argv, gate = sys.argv[1:], Path({gate!r})
+with open(gate / "launched", "a") as noted:
+    noted.write(os.environ.get({marker!r}, "") + "\\n")
+if argv[argv.index("--node-rank") + 1] == "0":
+    (gate / f"node0.{{os.getpid()}}").touch()
+    deadline = time.monotonic() + 120
+    while not (gate / "held").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+sys.exit(sglang_server.main(argv))
+"""
+HOLDER = "the test's reservations"
+
+
+class Reservations:
+    """Another owner's reservations (launchers.ports' lock files) of ``wanted`` ports in each
+    node's folder, taken now; a port that a running trial holds there is retried every 10 ms
+    until that trial's end lets it go."""
+
+    def __init__(self, wanted: dict[Path, list[int]]) -> None:
+        self.leases = [(PortLease(HOLDER, folder), ports) for folder, ports in wanted.items()]
+        self.pending = [lease.take(ports, hosts=()) for lease, ports in self.leases]
+        self._quit = threading.Event()
+        self._retry = threading.Thread(target=self._retrying, daemon=True)
+        self._retry.start()
+
+    def _retrying(self) -> None:
+        while any(self.pending) and not self._quit.wait(0.01):
+            self.pending = [lease.take(busy, hosts=()) if busy else []
+                            for (lease, _), busy in zip(self.leases, self.pending, strict=True)]
+
+    def close(self) -> None:
+        self._quit.set()
+        self._retry.join()
+        for lease, _ in self.leases:
+            lease.close()
+
+
+def _followers_blocked(cluster: SimCluster) -> dict[Path, list[int]]:
+    """Per node, the meeting-port blocks (``launchers.ports.reserve_block``'s) that a trial's
+    node 0 elsewhere may pick: node i's folder holds the first port of every block but every
+    fourth from i on. A trial's node 0 on node i finds free only blocks that every other node
+    holds: its follower, wherever it runs, finds its meeting port reserved (port_busy), its
+    node 0 never does."""
+    first, last = meeting_range(block=MEETING_PORTS)
+    bases = range(first, last - MEETING_PORTS + 2, MEETING_PORTS)
+    folders = list(cluster.port_locks.values())
+    return {folder: [b for k, b in enumerate(bases) if k % len(folders) != i]
+            for i, folder in enumerate(folders)}
+
+
+def test_a_busy_follower_port_fails_the_trial_as_port_busy_before_anything_starts(
+        cluster: SimCluster, tmp_path: Path) -> None:
+    """Before the node-killing test (it needs all four nodes). Each simulated node has its own
+    port reservations; once the first two trials (the baseline among them) are up, every
+    meeting port a trial's node 0 can pick is reserved by another owner on every other node.
+    The third trial fails as port_busy with its follower (node 1) named and the ports it found
+    reserved there, before any server of that trial starts (no launch, no node log, no
+    nodes.json); nothing is ruled out nor suspect, and the run ends as usual (exit 0, the
+    other trials measured, nothing left on any node)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    code = PORT_GATE.format(gate=str(gate), marker=MARKER_ENV)
+    server = shlex.join([sys.executable, "-c", code, *FAST])
+    exp = Experiment.create(tmp_path, cluster.ray_tmp)
+    args = [*_args(exp, cluster, server=server, samples=3, rounds=1), "--search", "grid",
+            "--ready-timeout", "180"]
+    blocked = _followers_blocked(cluster)
+    held: Reservations | None = None
+    run = exp.start(args)
+    try:
+        run.wait_for(lambda: len(list(gate.glob("node0.*"))) >= 2, timeout=240,
+                     what="the first two trials' node 0 servers")
+        held = Reservations(blocked)
+        (gate / "held").touch()
+
+        def three_ended() -> bool:
+            return len([e for e in exp.journal() if e.get("event") == "end"]) >= 3
+
+        run.wait_for(three_ended, timeout=240, what="three trials ended")
+        held.close()
+        held = None
+        result = run.finish(timeout=240)
+        left = {n: left_on(exp.prefix, n) for n in cluster.node_ids()}
+        anywhere = marked_processes(exp.prefix)
+    finally:
+        if held is not None:
+            held.close()
+        leaked = exp.cleanup()
+    assert result.returncode == 0, result
+    assert not leaked and not anywhere and all(not found for found in left.values()), left
+
+    order = exp.trial_ids()
+    ends = {e["trial_id"]: e for e in exp.journal() if e.get("event") == "end"}
+    assert len(order) == len(ends) == 3, (order, ends)
+    late = order[2]
+    failure = ends[late].get("failure") or {}
+    assert ends[late]["status"] == "failed" and failure.get("kind") == "port_busy", ends[late]
+    assert failure["details"]["node_rank"] == 1 and failure["message"].startswith(
+        "node 1 (Ray node "), failure
+    [follower] = [n for n in cluster.port_locks if n[:16] in failure["message"]]
+    found = re.search(r"port\(s\) ([\d, ]+) reserved by another trial", failure["message"])
+    assert found, failure
+    busy = {int(p) for p in found.group(1).split(", ")}
+    assert busy and busy <= set(blocked[cluster.port_locks[follower]]), (busy, follower)
+    # Before anything of that trial started: no server launched on any node, no node's log.
+    launched = (gate / "launched").read_text().splitlines()
+    assert len(launched) == 4 and not [m for m in launched if late in m], launched
+    assert not (exp.out / late / "node1" / "server.log").exists()
+    assert not (exp.out / late / "server.log").exists()
+    assert _nodes(exp, late) is None
+    assert {ends[t]["status"] for t in order[:2]} == {"ok"}, ends
     assert not (exp.out / "ruled_out.json").exists(), (exp.out / "ruled_out.json").read_text()
     assert not (exp.out / "suspects.json").exists(), (exp.out / "suspects.json").read_text()
 
