@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from simulator.runs import Experiment, Result, ray_tmpdir
+from tests.conftest import LONG_FILES
+from tests.integration.weights_campaigns import CAMPAIGNS, WEIGHTS_FILE
 
 
 @dataclass
@@ -54,3 +56,15 @@ def confirmed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         finally:
             left = exp.cleanup()
             assert not left, f"processes survived the run: {left}"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The first long file's test starts the weights campaigns if this session runs the
+    weights tests (they are last on the long files' worker: the campaigns run beside)."""
+    if item.nodeid.split("::", 1)[0] in LONG_FILES and any(
+            i.nodeid.startswith(WEIGHTS_FILE) for i in item.session.items):
+        CAMPAIGNS.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    CAMPAIGNS.close()
