@@ -27,8 +27,14 @@ def _second_trial_mid_round(exp: Experiment) -> bool:
 def _interrupted_run(root: Path, ray_tmp: Path, name: str, server: str
                      ) -> tuple[Experiment, list[str]]:
     exp = Experiment.create(root, ray_tmp, name=name)
+    # The signal must land inside trial 2's second round, which begins as its first is
+    # journaled: 2 requests of 384 tokens at the stand-in's ~28 model ms per cycle of ~2.4
+    # tokens and 0.2 real s per model s keep that round ~1.8 s long on any box (the model's
+    # clock makes up a busy box's late wake-ups), against the 0.05 s poll that fires it. With
+    # 32-token requests (~0.15 s) a loaded box let trial 2 end first: 'ok', not interrupted.
     argv = exp.args("--space", "nccl-pcie", "--search", "grid", "--samples", "2", "--rounds", "2",
-                    "--scheduler", "fifo", "--no-dashboard", server=server)
+                    "--scheduler", "fifo", "--no-dashboard", "--output-len", "384",
+                    "--requests-per-round", "2", server=server)
     return exp, argv
 
 
