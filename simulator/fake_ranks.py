@@ -190,15 +190,12 @@ class Ranks:
     def start(self, count: int, tp: int, fault: str | None, delay: float,
               ignore_sigterm: bool, grandchild: bool, model: str = "") -> None:
         read_fd, write_fd = os.pipe()
-        # The load starts now, on the model's clock: the ranks' own start (a Python process
-        # each, slower on a busy box) is within the modelled load, not added to it.
-        until = time.monotonic() + delay
         env = dict(os.environ)  # inherited: the marker and every NCCL_* reach the ranks
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.root), env.get("PYTHONPATH"))
                                             if p)
         for rank in range(count):
             cmd = [sys.executable, "-m", "simulator.fake_ranks", "--rank", str(rank),
-                   "--tp", str(tp), "--ready-fd", str(write_fd), "--until", repr(until)]
+                   "--tp", str(tp), "--ready-fd", str(write_fd), "--delay", str(delay)]
             cmd += ["--fault", fault, "--model", model] if fault else []
             cmd += ["--ignore-sigterm"] if ignore_sigterm else []
             cmd += ["--grandchild"] if grandchild else []
@@ -268,9 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
     parser.add_argument("--fault", choices=sorted(STARTUP_FAULTS))
-    parser.add_argument("--until", type=float, default=0.0,
-                        help="when its weights are loaded (time.monotonic(), shared by the "
-                        "processes of one machine)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds loading weights")
     parser.add_argument("--model", default="", help="the model path a fault names")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--grandchild", action="store_true")
@@ -279,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = os.getppid()
     write_nccl_log(args.rank, args.tp, args.fault)
-    time.sleep(max(0.0, args.until - time.monotonic()))
+    time.sleep(args.delay)
     if args.fault and args.rank == 0:
         text = STARTUP_FAULTS[args.fault].replace("{algo}", os.environ.get("NCCL_ALGO", "Tree"))
         tag = f"TP{args.rank}" if args.tp > 1 else ""  # SGLang tags no rank at TP 1
