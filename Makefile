@@ -34,8 +34,8 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Two workers: the long integration files on one, the rest in tier order on the other
-# (tests/conftest.py, LONG_FILES).
+# Two workers: the files that share one session's runs on one, given out first; every other
+# file to whichever worker is free, in tier order (tests/conftest.py, SHARED_GROUP).
 test: setup sglang-parser lint
 	$(BIN)/python -m pytest -n 2
 

@@ -11,39 +11,49 @@ from tests.requirements import unavailable
 
 _TIERS = ("contract", "gpu", "integration", "bench")
 
+# make test runs the suite on pytest-xdist workers. These files share one session's runs (the
+# confirm stage's run; the weights campaigns, started in the background by the group's first
+# test and waited for by its last) and so run on one worker, handed out first: it starts the
+# minutes of shared runs while the other begins with the fast unit tests. Every other file is
+# a unit of its own, given to whichever worker is free (xdist's load-by-scope), so that no
+# worker ends alone minutes after the other. (pytest 9 broke pytest-xdist's own groups: its
+# --dist loadgroup renames node ids.)
+SHARED_GROUP = frozenset({
+    "tests/integration/test_confirm_integration.py",
+    "tests/integration/test_exports_integration.py",
+    "tests/integration/test_report_integration.py",
+    "tests/integration/test_weights_integration.py",
+})
+
 
 def _tier(item: pytest.Item) -> int:
     marks = {m.name for m in item.iter_markers()}
     return next((i + 1 for i, name in enumerate(_TIERS) if name in marks), 0)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_tier)  # stable: file order kept within a tier
+def in_shared_group(nodeid: str) -> bool:
+    return nodeid.split("::", 1)[0] in SHARED_GROUP
 
 
-# make test runs the suite on two pytest-xdist workers: these files, minutes of runs that
-# share the confirm stage's run or mostly wait, on one; everything else, in tier order, on the
-# other. (pytest 9 broke pytest-xdist's own groups: its --dist loadgroup renames node ids.)
-LONG_FILES = frozenset({
-    "tests/integration/test_weights_integration.py",
-    "tests/integration/test_faults_integration.py",
-    "tests/integration/test_confirm_integration.py",
-    "tests/integration/test_exports_integration.py",
-    "tests/integration/test_report_integration.py",
-    "tests/integration/test_study_integration.py",
-    "tests/integration/test_multinode_integration.py",  # ~66 s: a simulated 4-node cluster
-})
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # stable: file order kept within a tier; on xdist's workers the shared group first
+    workers = hasattr(config, "workerinput")
+    items.sort(key=lambda item: (not (workers and in_shared_group(item.nodeid)), _tier(item)))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
-    class TwoWorkers(LoadScopeScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            return "long" if nodeid.split("::", 1)[0] in LONG_FILES else "main"
+    class SharedGroupFirst(LoadScopeScheduling):  # type: ignore[misc]
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # the collection's order: group, tiers
 
-    return TwoWorkers(config, log)
+        def _split_scope(self, nodeid: str) -> str:
+            return "shared group" if in_shared_group(nodeid) else nodeid.split("::", 1)[0]
+
+    return SharedGroupFirst(config, log)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

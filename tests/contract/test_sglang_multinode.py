@@ -19,7 +19,7 @@ import pytest
 from launchers.base import LaunchPlan, TrialContext
 from launchers.multinode import ADDR_PLACEHOLDER, all_plans
 from launchers.sglang.launcher import SGLangArgs
-from launchers.sglang.preflight import ParserCheck
+from launchers.sglang.preflight import shared
 from search_spaces.space import load_preset
 from tests.sglang_parser import CONTRACT
 from tests.sglang_parser import sglang_parser as build_parser
@@ -79,7 +79,7 @@ def test_the_launch_scripts_commands_parse(sglang_parser: argparse.ArgumentParse
 def test_the_preflight_accepts_every_nodes_command() -> None:
     """What a run checks before launching (launchers/sglang/preflight.py), for every node."""
     argvs = [flags(node) for _, plan in plans(2, 8, ADDR) for node in all_plans(plan)]
-    results = ParserCheck().check_many(argvs)
+    results = shared().check_many(argvs)
     bad = [f"{' '.join(a)} -> {r.error or r.warnings}" for a, r in zip(argvs, results, strict=True)
            if not r.ok or r.warnings]
     assert all(r.ok is not None for r in results), "the preflight did not run"

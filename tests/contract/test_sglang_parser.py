@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from launchers.base import knob_argv
-from launchers.sglang.preflight import ParserCheck, PreflightResult, python_for
+from launchers.sglang.preflight import ParserCheck, PreflightResult, python_for, shared
 from search_spaces.knobs import CATALOGUE, Knob, KnobKind
 from search_spaces.space import SearchSpace, load_preset, preset_names
 from tests.requirements import unavailable
@@ -50,7 +50,7 @@ DEPRECATED = [*BASE, "--disable-cuda-graph"]
 def checker(sglang_parser: argparse.ArgumentParser) -> ParserCheck:
     """The preflight itself, warmed with every command of this module in one subprocess;
     the tests' own calls then come from its memory cache."""
-    check = ParserCheck()
+    check = shared()  # the worker's one reader: each fresh one is ~8 s of SGLang's import
     argvs = [argv for name in preset_names() for argv in _preset_argvs(name)]
     argvs += [BASE + CATALOGUE[name].render_argv(v)
               for name in FLAG_KNOBS for v in CATALOGUE[name].choices]

@@ -16,7 +16,7 @@ from launchers.failures import FailureKind, TrialFailed
 from launchers.sglang import preflight as sglang_preflight
 from launchers.sglang import resolved
 from launchers.sglang.launcher import SGLangArgs, SGLangWorkload
-from launchers.sglang.preflight import ParserCheck
+from launchers.sglang.preflight import ParserCheck, shared
 from search_spaces.space import load_preset, preset_names
 from tests.sglang_parser import CONTRACT
 
@@ -38,9 +38,7 @@ def shape(steps: int | None, topk: int | None, drafts: int | None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def checker() -> ParserCheck:
-    check = ParserCheck()
-    yield check
-    check.close()
+    return shared()  # the worker's one reader: each fresh one is ~8 s of SGLang's import
 
 
 def test_a_partial_shape_is_rejected_with_sglangs_own_assertion(checker: ParserCheck) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from launchers.sglang.launcher import SGLangArgs
-from launchers.sglang.preflight import ParserCheck
+from launchers.sglang.preflight import shared
 from search_spaces.knobs import DUMMY, WEIGHTS
 from tests.sglang_parser import CONTRACT
 from tests.sglang_parser import sglang_parser as build_parser
@@ -69,7 +69,8 @@ def test_weight_policy_commands_parse_as_meant(
         metric: str, speculative: bool, server_args: list[str]) -> None:
     commands = _commands(tmp_path, space, search, metric, speculative, server_args)
     assert commands
-    results = ParserCheck().check_many([argv for _, argv in commands])
+    # one reader for the module's cases (each fresh one is ~8 s of SGLang's import)
+    results = shared().check_many([argv for _, argv in commands])
     failures = [f"{' '.join(argv)}\n    -> {r.error or '; '.join(r.warnings)}"
                 for (_, argv), r in zip(commands, results, strict=True)
                 if not r.ok or r.warnings]

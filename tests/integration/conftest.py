@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from simulator.runs import Experiment, Result, ray_tmpdir
-from tests.conftest import LONG_FILES
+from tests.conftest import in_shared_group
 from tests.integration.weights_campaigns import CAMPAIGNS, WEIGHTS_FILE
 
 
@@ -59,9 +59,9 @@ def confirmed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """The first long file's test starts the weights campaigns if this session runs the
-    weights tests (they are last on the long files' worker: the campaigns run beside)."""
-    if item.nodeid.split("::", 1)[0] in LONG_FILES and any(
+    """The shared group's first test starts the weights campaigns if this session runs the
+    weights tests (they are last in the group, on its worker: the campaigns run beside)."""
+    if in_shared_group(item.nodeid) and any(
             i.nodeid.startswith(WEIGHTS_FILE) for i in item.session.items):
         CAMPAIGNS.start()
 

@@ -1,7 +1,7 @@
 """The weights test's two campaigns (test_weights_integration.py), started in the background
-by the first test of the worker that runs the long files (tests/conftest.py LONG_FILES): they
-mostly sleep on the stand-in's modelled loads, so the other long files run beside them, and
-the weights tests, last on that worker, wait for what is left."""
+by the first test of the shared group (tests/conftest.py SHARED_GROUP): they mostly sleep on
+the stand-in's modelled loads, so the group's other files run beside them, and the weights
+tests, last in the group, wait for what is left."""
 
 from __future__ import annotations
 
