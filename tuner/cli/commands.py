@@ -33,6 +33,10 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
     from tuner.cli import traffic
     from tuner.run.cluster import check_address, check_joining, local_gpu_count
 
+    # The cluster's address first: a socket, not SGLang's import (~8 s of CPU, asked below)
+    check_joining(spec)
+    if spec.address is not None and not planning:
+        check_address(spec.address)
     setup = prepare(spec)
     base = setup.space.baseline()
     problems = setup.space.validate(base)
@@ -62,9 +66,6 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
         if not screenable(spec.workload):
             raise CliError("--screen proxy screens for a server workload: give --model")
         screen_shape(spec)
-    check_joining(spec)
-    if spec.address is not None and not planning:
-        check_address(spec.address)
     return notes
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from launchers import gpu, process
 from launchers.multinode import ONE_NODE, Placement
 from launchers.priority import PRIVATE_RAY_ENV
+from tuner.run.stopping import deaf_to_ctrl_c
 from tuner.spec import ExperimentSpec, SpecError
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -112,9 +113,11 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
         ADDRESS_ENV: None, **PRIVATE_RAY_ENV}
     with process.environ(private_env if started_here else {}):
         if started_here:
-            info = ray.init(address="local", num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
-                            include_dashboard=spec.dashboard, dashboard_host="127.0.0.1",
-                            log_to_driver=False, logging_level=logging.WARNING)
+            with deaf_to_ctrl_c():  # Ray's processes: only the driver's stop ends them
+                info = ray.init(address="local", num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
+                                include_dashboard=spec.dashboard,
+                                dashboard_host="127.0.0.1", log_to_driver=False,
+                                logging_level=logging.WARNING)
         else:
             check_joining(spec)
             check_address(str(spec.address))

@@ -29,6 +29,25 @@ GRACE_S = 1.0  # SIGTERM -> SIGKILL for what is still running when the driver is
 TUNE_SIGINT_ENV = "TUNE_DISABLE_SIGINT_HANDLER"
 
 
+@contextlib.contextmanager
+def deaf_to_ctrl_c() -> Iterator[None]:
+    """Processes started in this block never see the terminal's Ctrl-C: SIGINT is blocked in
+    this thread meanwhile, and a child keeps its parent's signal mask (through exec too).
+    The private Ray's processes (and the workers and servers they start later) therefore
+    stay up until the driver's own stop ends them in order; a Ctrl-C to the whole foreground
+    job used to kill the raylet at once, and the Ray core worker in this process then ended
+    the driver with exit 1 before its handler could stop and exit 130. A Ctrl-C that comes
+    while blocked is delivered to this process when the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def resume_hint(out_dir: Path) -> str:
     return f"servetune run --resume {out_dir}"
 
