@@ -348,6 +348,8 @@ def test_a_busy_follower_port_fails_the_trial_as_port_busy_before_anything_start
     assert not (exp.out / "suspects.json").exists(), (exp.out / "suspects.json").read_text()
 
 
+# a safety net, not a verdict: ~70 s on a quiet box, over 300 s beside two busy loops
+@pytest.mark.timeout(900)
 def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_trial(
         cluster: SimCluster, tmp_path: Path) -> None:
     """Run after the sweep test: it needs all four nodes, and kills two."""

@@ -250,9 +250,11 @@ def _sweep_here(prefix: str) -> tuple[str, list[int]]:
     return node, process.kill_processes(found, grace=3.0) if found else []
 
 
-def sweep(prefix: str, timeout: float = 30.0) -> dict[str, list[int]]:
+def sweep(prefix: str, timeout: float = 120.0) -> dict[str, list[int]]:
     """Reap the experiment's marked processes on every live node; returns the pids per node
-    (nodes that did not answer in ``timeout`` are missing)."""
+    (nodes that did not answer in ``timeout`` are missing). Each node's task needs a fresh Ray
+    worker there: on a busy 2-core box with two busy loops beside it 30 s was not enough, and
+    the node's leftovers stayed; the wait ends as soon as every node answered."""
     task = ray.remote(num_cpus=0, max_retries=0)(_sweep_here)
     alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
     refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
