@@ -38,8 +38,9 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
     setup = prepare(spec)
     out_dir = spec.out_dir.resolve()
 
-    def save() -> None:
-        write_table(out_dir, setup.objective, setup.space.baseline())
+    def save() -> dict[str, str]:
+        table = write_table(out_dir, setup.objective, setup.space.baseline())
+        return {} if table.empty else dict(zip(table["trial_id"], table["status"], strict=True))
 
     with stop_on_signals(setup.marker_prefix, out_dir, save, echo) as arm:
         return _run(setup, spec, out_dir, resume=resume, echo=echo, arm=arm)
