@@ -172,6 +172,32 @@ def model_saving(auto: CampaignRun, real: CampaignRun) -> float:
     return 1.0 - auto.model_s / real.model_s
 
 
+def report_lines(runs: dict[str, CampaignRun]) -> list[str]:
+    """Each run, what it saved (measured, estimated, on the model's clock); the headline last."""
+    lines = []
+    for run in runs.values():
+        lines.append(run.text())
+        lines += [f"  {line}" for line in run.lines]
+    auto, real = runs["auto"], runs["real"]
+    measured = real.campaign_s - auto.campaign_s
+    return [*lines,
+            f"confirm launches' accept length: auto {auto.confirm_accept}, real "
+            f"{real.confirm_accept} (1.0 would mean random weights)",
+            f"saved: {measured:.1f} s measured (real - auto), "
+            f"{auto.estimated_saving_s or float('nan'):.1f} s as servetune estimated it",
+            f"on the model's clock (each load its modelled seconds): "
+            f"{model_saving(auto, real):.0%} less ({auto.model_s:.0f} s vs {real.model_s:.0f} s)",
+            f"random weights: {saving(auto, real):.0%} less campaign wall time than real weights "
+            f"everywhere ({auto.campaign_s:.1f} s vs {real.campaign_s:.1f} s; servetune "
+            f"{auto.process_s:.1f} s vs {real.process_s:.1f} s), same decision: "
+            f"{'yes' if same_decision(runs) else 'NO'}"]
+
+
+def same_decision(runs: dict[str, CampaignRun]) -> bool:
+    auto, real = runs["auto"], runs["real"]
+    return (auto.kind, auto.chosen) == (real.kind, real.chosen)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     defaults = Settings()
@@ -203,24 +229,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     if args.keep:
         print(f"experiments: {root}")
-    for run in runs.values():
-        print(run.text())
-        for line in run.lines:
-            print(f"  {line}")
-    auto, real = runs["auto"], runs["real"]
-    same = (auto.kind, auto.chosen) == (real.kind, real.chosen)
-    print(f"confirm launches' accept length: auto {auto.confirm_accept}, real "
-          f"{real.confirm_accept} (1.0 would mean random weights)")
-    measured = real.campaign_s - auto.campaign_s
-    print(f"saved: {measured:.1f} s measured (real - auto), "
-          f"{auto.estimated_saving_s or float('nan'):.1f} s as servetune estimated it")
-    print(f"on the model's clock (each load its modelled seconds): {model_saving(auto, real):.0%} "
-          f"less ({auto.model_s:.0f} s vs {real.model_s:.0f} s)")
-    print(f"random weights: {saving(auto, real):.0%} less campaign wall time than real weights "
-          f"everywhere ({auto.campaign_s:.1f} s vs {real.campaign_s:.1f} s; servetune "
-          f"{auto.process_s:.1f} s vs {real.process_s:.1f} s), same decision: "
-          f"{'yes' if same else 'NO'}")
-    return 0 if same else 1
+    for line in report_lines(runs):
+        print(line)
+    return 0 if same_decision(runs) else 1
 
 
 if __name__ == "__main__":

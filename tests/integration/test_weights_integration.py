@@ -12,11 +12,12 @@ beside the modelled 10 s and 66 s loads it weighs what it would beside real ones
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from benchmarks.weights import CampaignRun, model_saving, saving
+from benchmarks.weights import CampaignRun, model_saving, report_lines, saving
 from simulator.runs import read_results
 from tests.integration.weights_campaigns import CAMPAIGNS
 
@@ -64,3 +65,15 @@ def test_results_say_which_trials_ran_on_random_weights(runs: dict[str, Campaign
     assert (Path(runs["auto"].out) / "plots" / "startup.png").is_file()
     launch = (Path(runs["auto"].out) / "best" / "launch.sh").read_text()
     assert "--load-format" not in launch  # production loads the checkpoint
+
+
+def test_the_benchmark_reports_these_runs_with_its_headline(runs: dict[str, CampaignRun]
+                                                             ) -> None:
+    """benchmarks/weights.py prints report_lines of the same two campaigns (its smoke run in
+    tests/benchmarks/test_scripts.py would only repeat them at a smaller size)."""
+    lines = report_lines(runs)
+    number = r"-?\d+(?:\.\d+)?"
+    assert re.fullmatch(rf"random weights: -?\d+% less campaign wall time than real weights "
+                        rf"everywhere \({number} s vs {number} s; servetune {number} s vs "
+                        rf"{number} s\), same decision: yes", lines[-1]), lines
+    assert runs["auto"].text() in lines and runs["real"].text() in lines
