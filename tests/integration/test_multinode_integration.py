@@ -55,7 +55,7 @@ def test_the_end_of_run_sweep_reaps_each_nodes_leftovers(cluster: SimCluster,
     cluster): each node reaps the experiment's processes that run there, and those of no node."""
     prefix = f"sweep-{uuid.uuid4().hex[:6]}/"
     a, b = cluster.node_ids()[:2]
-    left = {node: ServerProcess.spawn(["sleep", "60"], {"PATH": "/usr/bin:/bin",
+    left = {node: ServerProcess.spawn(["sleep", "900"], {"PATH": "/usr/bin:/bin",
                                                          **({NODE_ENV: node} if node else {})},
                                        tmp_path / f"{node}.log", f"{prefix}t1/node1")
             for node in (a, b, "")}

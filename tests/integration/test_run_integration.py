@@ -217,7 +217,10 @@ def test_hostile_values_stay_inert(spine: Spine, tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- two nodes
 
+TWO_NODE_TRIALS = 6
 
+
+@pytest.mark.timeout(900)  # ~45 s quiet, ~3 min beside two busy loops alone
 def test_two_nodes_run_two_trials_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                           ) -> None:
     """Each trial holds one whole node: two at once on two nodes, never straddling."""
@@ -237,16 +240,20 @@ def test_two_nodes_run_two_trials_at_once(tmp_path: Path, monkeypatch: pytest.Mo
             ray.init(address=cluster.address)
             node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
             ray.shutdown()
-            argv = exp.args("--space", "nccl-pcie", "--search", "grid", "--samples", "4",
-                            "--rounds", "4", "--scheduler", "fifo", "--address",
-                            cluster.address)
+            # Trials of a few seconds each, six of them: the second node's trial actor needs a
+            # fresh Ray worker there, which beside two busy loops did not start within four
+            # ~5 s trials (Ray Tune reused the first node's actor for each next trial).
+            argv = exp.args("--space", "nccl-pcie", "--search", "grid", "--samples",
+                            str(TWO_NODE_TRIALS), "--rounds", "4", "--scheduler", "fifo",
+                            "--address", cluster.address,
+                            server=stand_in("--fake-startup-s", "2"))
             argv.remove("--num-gpus")
             argv.remove("8")
             result = exp.run(["run", *argv])
             assert result.returncode == 0, str(result)
             assert "2 node(s)" in result.stdout and "at most 2 trial(s) at once" in result.stdout
             table = exp.table()
-            assert len(table) == 4 and set(table["status"]) == {"ok"}, str(result)
+            assert len(table) == TWO_NODE_TRIALS and set(table["status"]) == {"ok"}, str(result)
             runs = []
             for trial_id in exp.trial_ids():
                 nodes = {e["node_id"] for e in exp.journal()
