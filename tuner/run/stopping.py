@@ -67,10 +67,9 @@ def begin_stop(out_dir: Path, signum: int, save: Callable[[], Statuses | None],
         signal.signal(sig, signal.SIG_IGN)
     echo(f"{signal.Signals(signum).name}: stopping the servers and Ray of {out_dir.name}")
     try:
-        saved = save()
+        return save() or {}
     except Exception:  # the journal itself is on disk already
         return {}
-    return saved if isinstance(saved, Mapping) else {}
 
 
 def finish_stop(prefix: str, out_dir: Path, signum: int, began: float, statuses: Statuses,
@@ -110,6 +109,7 @@ def finish_in_fresh_image(prefix: str, out_dir: Path, signum: int, began: float,
 
 
 def print_flushed(line: str) -> None:
+    """tuner.setup.stdout_print, without importing tuner.setup into the stop's fresh image."""
     print(line, flush=True)
 
 
@@ -150,8 +150,13 @@ def stop_on_signals(prefix: str, out_dir: Path, save: Callable[[], Statuses | No
 def main(argv: list[str]) -> int:
     """The stop's second half, in the driver's pid: PREFIX OUT_DIR SIGNUM BEGAN STATUSES."""
     prefix, out_dir, signum, began, statuses = argv
-    return finish_stop(prefix, Path(out_dir), int(signum), float(began), json.loads(statuses),
-                       print_flushed)
+    try:
+        return finish_stop(prefix, Path(out_dir), int(signum), float(began),
+                           json.loads(statuses), print_flushed)
+    except Exception as err:  # one clear line, still the signal's exit code
+        print_flushed(f"the stop met {type(err).__name__}: {err}; resume with:  "
+                      f"{resume_hint(Path(out_dir))}")
+        return 128 + int(signum)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ def like_ray(pid):
     os._exit(1)
 stubborn = ("import signal,sys,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "open(sys.argv[1], 'w').close(); time.sleep(60)")
-with stop_on_signals(prefix, out, lambda: (out / "saved").write_text("yes"), print) as arm:
+def save():
+    (out / "saved").write_text("yes")
+with stop_on_signals(prefix, out, save, print) as arm:
     arm()
     child = subprocess.Popen([sys.executable, "-c", stubborn, str(out / "ignoring")],
                              env={"SERVETUNE_TRIAL": prefix + "t1", "PATH": "/usr/bin"})
