@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from launchers import priority
-from simulator.runs import ray_tmpdir
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = ("import os; os.nice(5); from launchers.priority import match_parent_priority as m; "
@@ -49,22 +48,3 @@ def test_not_below_the_parent_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(os, "getpriority", lambda *_: -20)
     monkeypatch.setattr(os, "setpriority", lambda *a: calls.append(a))
     assert priority.match_parent_priority() is None and calls == []
-
-
-@pytest.mark.integration
-def test_the_private_ray_starts_its_workers_at_the_drivers_niceness() -> None:
-    """What PRIVATE_RAY_ENV claims, with the installed Ray (without it: the driver's + 15)."""
-    code = ("import os, ray\n"
-            "ray.init(address='local', num_cpus=1, include_dashboard=False, "
-            "logging_level='ERROR')\n"
-            "f = ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0))\n"
-            "print(os.getpriority(os.PRIO_PROCESS, 0), ray.get(f.remote()))\n"
-            "ray.shutdown()\n")
-    with ray_tmpdir() as ray_tmp:  # short: Ray's socket paths are length-limited
-        env = {**os.environ, **priority.PRIVATE_RAY_ENV, "RAY_TMPDIR": str(ray_tmp)}
-        env.pop("RAY_ADDRESS", None)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    driver, worker = out.stdout.split()[-2:]
-    assert worker == driver, out.stdout

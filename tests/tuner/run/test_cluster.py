@@ -1,0 +1,44 @@
+"""tuner/run/cluster.py: what the private Ray a run starts is told, checked on the installed
+Ray (one Ray start for every claim)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from simulator.runs import ray_tmpdir
+from tuner.run.cluster import PRIVATE_RAY_SETTINGS
+
+pytestmark = pytest.mark.integration
+
+# Started, then left alone long enough for Ray's default to prestart its pool (it does within
+# a second or two, num_cpus=2 here); then one task reports its worker's niceness.
+CODE = """\
+import os, time, psutil, ray
+ray.init(address='local', num_cpus=2, include_dashboard=False, logging_level='ERROR')
+def workers():
+    return [p.cmdline()[0].strip() for p in psutil.Process().children(recursive=True)
+            if (p.cmdline() or [''])[0].startswith('ray::IDLE')]
+time.sleep(6)
+idle = workers()
+f = ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0))
+print(len(idle), os.getpriority(os.PRIO_PROCESS, 0), ray.get(f.remote()))
+ray.shutdown()
+"""
+
+
+def test_the_private_ray_starts_no_worker_unasked_and_runs_them_at_the_drivers_niceness() -> None:
+    """Without the settings Ray prestarts idle workers (2 here) and runs its workers at the
+    driver's niceness + 15."""
+    with ray_tmpdir() as ray_tmp:  # short: Ray's socket paths are length-limited
+        env = {**os.environ, **PRIVATE_RAY_SETTINGS, "RAY_TMPDIR": str(ray_tmp)}
+        env.pop("RAY_ADDRESS", None)
+        out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
+                             env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    idle, driver, worker = out.stdout.split()[-3:]
+    assert idle == "0", out.stdout
+    assert worker == driver, out.stdout
