@@ -4,8 +4,10 @@
   default, so the confirmed winner must clear the baseline, and speculative decoding pays
   off there (the stand-in's verify pass is cheap enough);
 - a run where every config is equally fast (the stand-in told the verify and draft times):
-  no config may be declared better than the default;
-- ``--confirm 0`` without speculative decoding: no confirm launches, no reference run.
+  no config may be declared better than the default; the same run has no GPUs: no two
+  launches overlap, the confirm stage's neither;
+- ``--confirm 0`` (the spine run, tests/integration/test_run_integration.py): no confirm
+  launches, no reference run.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from simulator.runs import Experiment, ray_tmpdir, read_results, stand_in
+from simulator.runs import Experiment, ray_tmpdir, stand_in
 from tests.integration.conftest import CONFIRM_CAP, Run
 from tuner.decide.sequential import MIN_LAUNCHES
 
@@ -139,16 +141,23 @@ def test_results_and_progress_show_the_phase(confirmed_run: Run) -> None:
     assert "TensorBoard: tensorboard --logdir" in out
 
 
-def test_equal_configs_give_no_winner(tmp_path: Path) -> None:
+def test_equal_configs_give_no_winner_and_no_launches_overlap_without_gpus(
+        tmp_path: Path) -> None:
     """Every config is as fast as the default: the stage must say so plainly and export the
-    default settings."""
+    default settings.
+
+    The same run has no GPUs (issue 16, item 3): a trial then holds one CPU, and Ray (told of
+    4 CPUs here) would run 4 at once; every phase runs one trial per node, the confirm stage
+    too. Read from the journal's start and end times."""
     with ray_tmpdir() as ray_tmp:
         exp = Experiment.create(tmp_path, ray_tmp)
         flat = stand_in("--fake-verify-ms", "20", "--fake-draft-ms", "5")
+        args = exp.args("--space", "nccl-pcie", "--samples", "3", "--rounds", "2",
+                        "--confirm", "3", "--confirm-top", "1", "--no-dashboard",
+                        "--scheduler", "fifo", "--num-cpus", "4", server=flat)
+        args[args.index("--num-gpus"):args.index("--num-gpus") + 2] = []
         try:
-            result = exp.run(["run", *exp.args("--space", "nccl-pcie", "--samples", "3", "--rounds", "2",
-                                      "--confirm", "3", "--confirm-top", "1", "--no-dashboard",
-                                      "--scheduler", "fifo", server=flat)], timeout=800)
+            result = exp.run(["run", *args], timeout=800)
             assert result.returncode == 0, result
         finally:
             left = exp.cleanup()
@@ -163,42 +172,6 @@ def test_equal_configs_give_no_winner(tmp_path: Path) -> None:
     assert "export NCCL_ALGO" not in launch and "unset NCCL_ALGO" in launch
     assert "no rule" in (exp.out / "best" / "nccl-tuner.csv").read_text()
 
-
-def test_confirm_0_skips_the_stage(tmp_path: Path) -> None:
-    with ray_tmpdir() as ray_tmp:
-        exp = Experiment.create(tmp_path, ray_tmp)
-        try:
-            result = exp.run(["run", *exp.args("--space", "nccl-pcie", "--samples", "2", "--rounds", "1",
-                                      "--no-dashboard")], timeout=800)  # args(): --confirm 0
-            assert result.returncode == 0, result
-        finally:
-            left = exp.cleanup()
-        assert not left
-    assert {e.get("phase", "search") for e in _starts(exp)} == {"search"}
-    data = _confirm(exp.out)
-    assert data["entries"] == [] and data.get("speculative") is None
-    assert data["decision"]["kind"] in ("unconfirmed", "default")
-    assert "--confirm 0" in data["decision"]["text"]
-    table = read_results(exp.out / "results.csv")
-    assert set(table["phase"]) == {"search"}
-
-
-def test_confirm_launches_never_overlap_on_a_machine_without_gpus(tmp_path: Path) -> None:
-    """Issue 16, item 3: without GPUs a trial holds one CPU, and Ray (told of 4 CPUs here)
-    would run 4 at once; every phase runs one trial per node, the confirm stage too. Read from
-    results.jsonl's start and end times."""
-    with ray_tmpdir() as ray_tmp:
-        exp = Experiment.create(tmp_path, ray_tmp)
-        args = exp.args("--space", "nccl-pcie", "--samples", "3", "--rounds", "1",
-                        "--confirm", "3", "--confirm-top", "1", "--scheduler", "fifo",
-                        "--no-dashboard", "--num-cpus", "4")
-        args[args.index("--num-gpus"):args.index("--num-gpus") + 2] = []
-        try:
-            result = exp.run(["run", *args], timeout=800)
-        finally:
-            left = exp.cleanup()
-    assert not left
-    assert result.returncode == 0, result
     assert "each trial holds no GPU(s); at most 1 trial(s) at once" in result.stdout
     spans: dict[str, list[float]] = {}
     phase: dict[str, str] = {}
@@ -209,7 +182,7 @@ def test_confirm_launches_never_overlap_on_a_machine_without_gpus(tmp_path: Path
         elif e.get("event") == "end":
             spans[e["trial_id"]][1] = e["time"]
     # the baseline and each candidate (top 1, and any within the launch spread of it), 3 each
-    entries = len(_confirm(exp.out)["entries"])
+    entries = len(data["entries"])
     assert Counter(phase.values()) == Counter({"search": 3, "confirm": 3 * entries}), phase
     ordered = sorted((start, end, tid) for tid, (start, end) in spans.items())
     for (_, end, a), (start, _, b) in itertools.pairwise(ordered):

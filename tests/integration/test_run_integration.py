@@ -129,6 +129,19 @@ def test_run_completes(spine: Spine) -> None:
     assert len(spine.exp.table()) == 5, str(spine.result)
 
 
+def test_confirm_0_skips_the_stage(spine: Spine) -> None:
+    """--confirm 0 (Experiment.args) without speculative decoding: no confirm launch, no
+    reference run; the decision says why it is unconfirmed."""
+    exp = spine.exp
+    assert {e.get("phase", "search") for e in exp.journal() if e.get("event") == "start"} \
+        == {"search"}
+    data = json.loads((exp.out / "confirm.json").read_text())
+    assert data["entries"] == [] and data.get("speculative") is None
+    assert data["decision"]["kind"] in ("unconfirmed", "default")
+    assert "--confirm 0" in data["decision"]["text"]
+    assert set(exp.table()["phase"]) == {"search"}
+
+
 def test_baseline_is_trial_0(spine: Spine) -> None:
     base = spine.trial(None)
     assert base["order"] == 0 and bool(base["baseline"]) and base["status"] == "ok"
