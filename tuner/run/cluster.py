@@ -24,12 +24,15 @@ from tuner.spec import ExperimentSpec, SpecError
 
 ADDRESS_ENV = "RAY_ADDRESS"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
-# A private Ray starts a worker when something asks for one. Ray's default prestarts plain
-# workers for the first driver and for queued tasks; a 1-trial run left 3 of them idle (about
-# 1 s of CPU each to start) while its trial actor started a worker of its own.
-NO_PRESTART_ENV = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
+# A private Ray starts a worker when something asks for one, one at a time. Ray's default
+# prestarts plain workers for the first driver and for queued tasks, and starts up to num_cpus
+# at once: a 1-trial run left 3 idle, and a trial's one marker task (tuner/run/dashboard.py)
+# brought up 2 workers. Each cost 1-2 s of CPU beside the trial's server starting; servetune
+# runs one trial actor per node at a time and needs none of them.
+LEAN_WORKERS_ENV = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0",
+                    "RAY_worker_maximum_startup_concurrency": "1"}
 # What a Ray this run starts is told on top of the run's marker.
-PRIVATE_RAY_SETTINGS = {**PRIVATE_RAY_ENV, **NO_PRESTART_ENV}
+PRIVATE_RAY_SETTINGS = {**PRIVATE_RAY_ENV, **LEAN_WORKERS_ENV}
 
 
 @dataclass

@@ -15,7 +15,8 @@ from tuner.run.cluster import PRIVATE_RAY_SETTINGS
 pytestmark = pytest.mark.integration
 
 # Started, then left alone long enough for Ray's default to prestart its pool (it does within
-# a second or two, num_cpus=2 here); then one task reports its worker's niceness.
+# a second or two, num_cpus=2 here); then one task reports its worker's niceness, and the
+# workers are counted again once Ray had the time to start more than that task needs.
 CODE = """\
 import os, time, psutil, ray
 ray.init(address='local', num_cpus=2, include_dashboard=False, logging_level='ERROR')
@@ -25,20 +26,22 @@ def workers():
 time.sleep(6)
 idle = workers()
 f = ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0))
-print(len(idle), os.getpriority(os.PRIO_PROCESS, 0), ray.get(f.remote()))
+niceness = ray.get(f.remote())
+time.sleep(4)
+print(len(idle), len(workers()), os.getpriority(os.PRIO_PROCESS, 0), niceness)
 ray.shutdown()
 """
 
 
-def test_the_private_ray_starts_no_worker_unasked_and_runs_them_at_the_drivers_niceness() -> None:
-    """Without the settings Ray prestarts idle workers (2 here) and runs its workers at the
-    driver's niceness + 15."""
+def test_the_private_ray_starts_only_the_workers_asked_for_at_the_drivers_niceness() -> None:
+    """Without the settings Ray prestarts idle workers (2 here), starts 2 for one task, and
+    runs its workers at the driver's niceness + 15."""
     with ray_tmpdir() as ray_tmp:  # short: Ray's socket paths are length-limited
         env = {**os.environ, **PRIVATE_RAY_SETTINGS, "RAY_TMPDIR": str(ray_tmp)}
         env.pop("RAY_ADDRESS", None)
         out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
                              env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    idle, driver, worker = out.stdout.split()[-3:]
-    assert idle == "0", out.stdout
+    idle, after_task, driver, worker = out.stdout.split()[-4:]
+    assert (idle, after_task) == ("0", "1"), out.stdout
     assert worker == driver, out.stdout
