@@ -231,9 +231,10 @@ def test_hostile_values_stay_inert(spine: Spine, tmp_path: Path) -> None:
 # ---------------------------------------------------------------- two nodes
 
 TWO_NODE_TRIALS = 6
+STARTUP_S = 8  # the stand-in's time to ready in the two-node run
 
 
-@pytest.mark.timeout(900)  # ~45 s quiet, ~3 min beside two busy loops alone
+@pytest.mark.timeout(900)  # a safety net: ~3 min beside two busy loops alone
 def test_two_nodes_run_two_trials_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                           ) -> None:
     """Each trial holds one whole node: two at once on two nodes, never straddling."""
@@ -253,13 +254,15 @@ def test_two_nodes_run_two_trials_at_once(tmp_path: Path, monkeypatch: pytest.Mo
             ray.init(address=cluster.address)
             node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
             ray.shutdown()
-            # Trials of a few seconds each, six of them: the second node's trial actor needs a
-            # fresh Ray worker there, which beside two busy loops did not start within four
-            # ~5 s trials (Ray Tune reused the first node's actor for each next trial).
+            # The second node's trial actor needs a fresh Ray worker there, and Ray Tune hands
+            # the first node's actor to the next trial whenever that one ends first: beside
+            # two busy loops four ~5 s trials, and in a quiet CI (the other test worker's runs
+            # beside) six, all ran on the first node one after another. Trials of ~11 s (8 s
+            # to ready) leave that worker the time to start.
             argv = exp.args("--space", "nccl-pcie", "--search", "grid", "--samples",
                             str(TWO_NODE_TRIALS), "--rounds", "4", "--scheduler", "fifo",
                             "--address", cluster.address,
-                            server=stand_in("--fake-startup-s", "2"))
+                            server=stand_in("--fake-startup-s", str(STARTUP_S)))
             argv.remove("--num-gpus")
             argv.remove("8")
             result = exp.run(["run", *argv])
