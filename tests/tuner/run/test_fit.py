@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from simulator.runs import ROOT
+
 CODE = """\
 import sys
 from tuner.run.fit import load_tensorboard_writer
