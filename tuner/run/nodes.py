@@ -209,10 +209,12 @@ def _install_here() -> Install:
     return Install.here()
 
 
-def installs(timeout: float = 60.0) -> dict[str, Install | str]:
+def installs(timeout: float = 120.0) -> dict[str, Install | str]:
     """The servetune and SGLang of every live node that can hold a trial (those with GPUs,
     where any has; else every node), by "<Ray node id> (<address>)"; a node that cannot run
-    servetune's task, or does not answer in ``timeout``, says why instead."""
+    servetune's task, or does not answer in ``timeout``, says why instead. The task needs a
+    fresh Ray worker on each node, as ``sweep``'s: 60 s was not enough on a 2-core box with
+    two busy loops and another run beside it (the run refused the cluster as bad input)."""
     alive = [n for n in ray.nodes() if n.get("Alive")]
     able = [n for n in alive if n.get("Resources", {}).get("GPU", 0) > 0] or alive
     task = ray.remote(num_cpus=0, max_retries=0)(_install_here)
