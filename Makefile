@@ -34,13 +34,12 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Four workers, also on a 2-core box: the integration tests wait on the stand-in's modelled
-# time and on timeouts about half of their time, so two workers left the 2 cores ~25% idle
-# (21.4 min -> 15.9 min for the same suite). The files that share one session's runs go to one
-# worker, given out first; every other file to whichever worker is free, in tier order
-# (tests/conftest.py, SHARED_GROUP).
+# Two workers: the files that share one session's runs on one, given out first; every other
+# file to whichever worker is free, in tier order (tests/conftest.py, SHARED_GROUP). Four
+# workers took the idle 2-core box from 21.4 to 15.9 min, but beside two busy loops 6 of the
+# run-driven tests failed (decisions and start-up races under six CPU hogs): not yet.
 test: setup sglang-parser lint
-	$(BIN)/python -m pytest -n 4
+	$(BIN)/python -m pytest -n 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
