@@ -131,7 +131,8 @@ class ExperimentSpec(BaseModel):
                                                          "callbacks for these trackers")
     reuse_actors: bool | None = Field(None, description="reuse one Ray actor for many trials "
                                       "(saves 1-2 s a trial; each trial is still named in the "
-                                      "dashboard's task list); default: reuse")
+                                      "dashboard's task list, where there is a dashboard); "
+                                      "default: reuse")
 
     @property
     def experiment_dir(self) -> Path:

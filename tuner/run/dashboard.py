@@ -130,6 +130,14 @@ def _trial_started() -> None:
     """The body of a trial's marker task: nothing; its name is the point."""
 
 
+def task_list_shown(dashboard: bool, address: str | None) -> bool:
+    """Whether a dashboard can list a trial's marker task: a joined cluster's own, or the
+    private Ray's when started with one. Without a dashboard Ray's head serves no state API
+    (``ray list tasks`` is refused), so such a run's trials start no marker task: one Ray
+    worker fewer, ~1 s of CPU beside the trial's server starting."""
+    return dashboard or address is not None
+
+
 def name_trial(experiment: str, trial_id: str) -> None:
     """Start the trial's marker task (no CPU: it never waits for the trial's own bundle)."""
     import ray

@@ -14,7 +14,7 @@ from launchers import process
 from launchers.base import TrialContext
 from launchers.priority import match_parent_priority
 from tuner.limits import LimitTracker
-from tuner.run.dashboard import Resources, name_trial, named_trainable
+from tuner.run.dashboard import Resources, name_trial, named_trainable, task_list_shown
 from tuner.run.lifecycle import Limits
 from tuner.setup import Setup, prepare
 from tuner.spec import ExperimentSpec
@@ -41,7 +41,8 @@ def servetune_trial(config: dict[str, Any], spec_json: str) -> None:
                        tuple(str(g) for g in ray.get_gpu_ids()),
                        resolve_port(spec.workload.port), spec.seed)
     node_id = ray.get_runtime_context().get_node_id()
-    name_trial(spec.name, trial_id)  # findable in the dashboard's task list
+    if task_list_shown(spec.dashboard, spec.address):
+        name_trial(spec.name, trial_id)  # findable in the dashboard's task list
     objective = setup.objective
     limits = LimitTracker(objective.metric, objective.limits, objective.worst)
 

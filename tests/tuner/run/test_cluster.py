@@ -11,6 +11,7 @@ import pytest
 
 from simulator.runs import ray_tmpdir
 from tuner.run.cluster import PRIVATE_RAY_SETTINGS
+from tuner.run.dashboard import task_list_shown
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,14 @@ idle = workers()
 f = ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0))
 niceness = ray.get(f.remote())
 time.sleep(4)
-print(len(idle), len(workers()), os.getpriority(os.PRIO_PROCESS, 0), niceness)
+after_task = len(workers())
+from ray.util.state import list_tasks
+try:
+    list_tasks(timeout=10)
+    tasks = 'listed'
+except Exception:
+    tasks = 'refused'
+print(len(idle), after_task, os.getpriority(os.PRIO_PROCESS, 0), niceness, tasks)
 ray.shutdown()
 """
 
@@ -42,6 +50,16 @@ def test_the_private_ray_starts_only_the_workers_asked_for_at_the_drivers_nicene
         out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
                              env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    idle, after_task, driver, worker = out.stdout.split()[-4:]
+    idle, after_task, driver, worker, tasks = out.stdout.split()[-5:]
     assert (idle, after_task) == ("0", "1"), out.stdout
     assert worker == driver, out.stdout
+    # Why a run without a dashboard starts no marker task per trial (task_list_shown): no
+    # state API to list it.
+    assert tasks == "refused", out.stdout
+
+
+@pytest.mark.parametrize(("dashboard", "address", "shown"), [
+    (True, None, True), (False, None, False), (False, "10.0.0.1:6379", True)])
+def test_trials_are_named_where_a_dashboard_can_list_them(dashboard: bool, address: str | None,
+                                                          shown: bool) -> None:
+    assert task_list_shown(dashboard, address) is shown
