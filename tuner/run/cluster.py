@@ -31,6 +31,9 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 # runs one trial actor per node at a time and needs none of them.
 LEAN_WORKERS_ENV = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0",
                     "RAY_worker_maximum_startup_concurrency": "1"}
+# Ray's own words when its raylet missed its fixed start-up wait, and how often to start it.
+RAY_START_TIMEOUT_TEXT = "timed out during startup"
+RAY_START_TRIES = 2
 # What a Ray this run starts is told on top of the run's marker.
 PRIVATE_RAY_SETTINGS = {**PRIVATE_RAY_ENV, **LEAN_WORKERS_ENV}
 
@@ -102,6 +105,32 @@ def _tune_env(spec: ExperimentSpec) -> None:
     os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", str(int(spec.stop_grace) + 5))
 
 
+def _start_private_ray(spec: ExperimentSpec, marker_prefix: str,
+                       echo: Callable[[str], None]) -> object:
+    """``ray.init`` of a private local Ray, tried once more if Ray's own start times out.
+
+    Ray waits a fixed 30 s for its raylet to register with its GCS (not a setting); a head
+    starting beside CPU-bound work (a loaded CI box, a node still building kernels) can miss
+    it. What the failed start left (its marked processes) is reaped before the second."""
+    import ray
+
+    for attempt in range(1, RAY_START_TRIES + 1):
+        try:
+            with deaf_to_ctrl_c():  # Ray's processes: only the driver's stop ends them
+                return ray.init(address="local", num_cpus=spec.num_cpus,
+                                num_gpus=spec.num_gpus, include_dashboard=spec.dashboard,
+                                dashboard_host="127.0.0.1", log_to_driver=False,
+                                logging_level=logging.WARNING)
+        except Exception as err:  # Ray raises a bare Exception for this
+            if RAY_START_TIMEOUT_TEXT not in str(err) or attempt == RAY_START_TRIES:
+                raise
+            ray.shutdown()
+            left = process.reap_all(process.ray_marker(marker_prefix), exact=True)
+            echo(f"Ray did not start ({err}); {len(left)} of its processes stopped, "
+                 "starting it again")
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
                 echo: Callable[[str], None] = print,
@@ -122,11 +151,7 @@ def ray_cluster(spec: ExperimentSpec, marker_prefix: str,
         ADDRESS_ENV: None, **PRIVATE_RAY_SETTINGS}
     with process.environ(private_env if started_here else {}):
         if started_here:
-            with deaf_to_ctrl_c():  # Ray's processes: only the driver's stop ends them
-                info = ray.init(address="local", num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
-                                include_dashboard=spec.dashboard,
-                                dashboard_host="127.0.0.1", log_to_driver=False,
-                                logging_level=logging.WARNING)
+            info = _start_private_ray(spec, marker_prefix, echo)
         else:
             check_joining(spec)
             check_address(str(spec.address))
