@@ -38,8 +38,11 @@ lint: setup
 # file to whichever worker is free, in tier order (tests/conftest.py, SHARED_GROUP). Four
 # workers took the idle 2-core box from 21.4 to 15.9 min, but beside two busy loops 6 of the
 # run-driven tests failed (decisions and start-up races under six CPU hogs): not yet.
+# The suite starts ~1000 Python processes (drivers, Ray workers, stand-ins) that import the same
+# project modules: they share compiled bytecode even where the environment says not to write it
+# (PYTHONDONTWRITEBYTECODE=1 on CI's machine made each one compile ~170 modules anew).
 test: setup sglang-parser lint
-	$(BIN)/python -m pytest -n 2
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

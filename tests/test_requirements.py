@@ -48,3 +48,11 @@ def test_on_ci_a_missing_need_fails(tmp_path: Path) -> None:
 
 def test_ci_runs_with_the_switch_on() -> None:
     assert "export SERVETUNE_CI=1" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_suites_named_files_exist() -> None:
+    """The files tests/conftest.py hands out first or together: a path that went stale would
+    silently order nothing."""
+    from tests.conftest import LONG_FILES, SHARED_GROUP
+
+    assert [p for p in (*LONG_FILES, *SHARED_GROUP) if not (ROOT / p).is_file()] == []
