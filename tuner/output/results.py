@@ -15,7 +15,7 @@ from tuner.output.progress import settings_text
 from tuner.output.ran import row_configs
 from tuner.record import rows as typed
 from tuner.record.experiment import Experiment
-from tuner.record.files import RESULTS_CSV
+from tuner.record.files import RESULTS_CSV, write_whole
 from tuner.record.rows import BREAKS, WITHIN, level_key, limit_columns
 from tuner.record.trial_file import reconcile
 from tuner.record.trials import TrialRecord
@@ -60,9 +60,7 @@ def best_row(df: pd.DataFrame, objective: Objective) -> pd.Series | None:
 
 def write_csv(df: pd.DataFrame, out_dir: Path) -> Path:
     path = out_dir / RESULTS_CSV
-    tmp = path.with_suffix(".csv.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    write_whole(path, lambda f: df.to_csv(f, index=False))
     return path
 
 

@@ -4,10 +4,13 @@ the journal (results.jsonl) one flushed line per event. The typed records
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 SPEC_JSON = "servetune.json"  # the experiment's spec (tuner.spec.ExperimentSpec)
 JOURNAL = "results.jsonl"  # every trial event as it happened
@@ -41,11 +44,28 @@ def _plain(value: Any) -> Any:
     return dump() if callable(dump) else str(value)
 
 
-def write_json(path: Path, data: Any) -> None:
+_WRITES = itertools.count()  # this process's writes: each its own temp name
+
+
+def write_whole(path: Path, write: Callable[[TextIO], object]) -> None:
+    """``write`` into a temporary file of this writer's own beside ``path``, then renamed over
+    it: a reader sees the old file or the new one, and two writers at once (the driver and a
+    ``servetune report`` during its run) each rename their own (a shared temp name lost the
+    race: one writer's rename found the file gone)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_plain))
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_WRITES)}.tmp")
+    try:
+        with tmp.open("w") as handle:  # the umask's mode, as the file had before
+            write(handle)
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_whole(path, lambda f: f.write(json.dumps(data, indent=2, default=_plain)))
 
 
 def read_json(path: Path) -> Any:

@@ -21,6 +21,7 @@ from tuner.record.files import (
     PLAN_JSON,
     TRIAL_JSON,
     write_json,
+    write_whole,
 )
 from tuner.record.info import Entry, read_entries, read_record, write_entries, write_record
 
@@ -45,10 +46,7 @@ def reconcile(folder: Path, status: str) -> bool:
     record["status"] = status
     record.setdefault("warnings", []).append(
         "status taken from the journal: the trial's worker ended before it recorded its end")
-    path = folder / TRIAL_JSON
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=str))
-    tmp.replace(path)
+    write_whole(folder / TRIAL_JSON, lambda f: f.write(json.dumps(record, indent=1, default=str)))
     return True
 
 

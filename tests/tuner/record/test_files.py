@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TextIO
+
+import pytest
 
 from tuner.record.base import SCHEMA_VERSION
 from tuner.record.confirm import ConfirmEntry, ConfirmRecord, DecisionRecord, SpeculativeVerdict
-from tuner.record.files import CONFIRM_JSON, RUN_JSON, STAGES_JSON
+from tuner.record.files import (
+    CONFIRM_JSON,
+    RUN_JSON,
+    STAGES_JSON,
+    read_json,
+    write_json,
+    write_whole,
+)
 from tuner.record.info import BestRecord, RunInfo, read_record, read_stages, write_record
 
 OLD_CONFIRM = {
@@ -83,3 +93,31 @@ def test_best_json_keeps_its_trial_id_a_string(tmp_path: Path) -> None:
     best = read_record(tmp_path / "best.json", BestRecord)
     assert best is not None and best.trial_id == "1e5" and best.score == 3.0
     assert read_record(tmp_path / "nothing.json", BestRecord) is None
+
+
+def test_two_writers_of_one_file_at_once_both_finish(tmp_path: Path) -> None:
+    """A ``servetune report`` during a run rewrites results.csv while the driver does: here the
+    second writer writes and renames while the first is still writing. With one temp name
+    for both, the first writer's rename found its temp file gone (FileNotFoundError)."""
+    path = tmp_path / "results.csv"
+
+    def first(handle: TextIO) -> None:
+        handle.write("first\n")
+        write_whole(path, lambda other: other.write("second\n"))
+
+    write_whole(path, first)
+    assert path.read_text() == "first\n"  # the last rename wins, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv"]  # no temp left
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
+    path = tmp_path / "best.json"
+    write_json(path, {"a": 1})
+
+    def broken(handle: TextIO) -> None:
+        handle.write("{half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_whole(path, broken)
+    assert read_json(path) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["best.json"]
