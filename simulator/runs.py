@@ -113,7 +113,9 @@ class Experiment:
                 *extra, "--out", str(self.out)]
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        return [sys.executable, "-m", "tuner", *argv]
+        """``python -m tuner ARGV``, stopped (SIGTERM) if this process dies first
+        (simulator/owned.py): a killed test worker or benchmark leaves no driver running."""
+        return [sys.executable, "-m", "simulator.owned", str(os.getpid()), "tuner", *argv]
 
     def run(self, argv: Sequence[str], timeout: float = 240.0) -> Result:
         """``python -m tuner ARGV`` to its end. If the caller stops waiting (the timeout, a
