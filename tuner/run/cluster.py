@@ -15,6 +15,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from launchers import gpu, process
 from launchers.multinode import ONE_NODE, Placement
@@ -106,29 +107,31 @@ def _tune_env(spec: ExperimentSpec) -> None:
 
 
 def _start_private_ray(spec: ExperimentSpec, marker_prefix: str,
-                       echo: Callable[[str], None]) -> object:
+                       echo: Callable[[str], None]) -> Any:
     """``ray.init`` of a private local Ray, tried once more if Ray's own start times out.
 
     Ray waits a fixed 30 s for its raylet to register with its GCS (not a setting); a head
     starting beside CPU-bound work (a loaded CI box, a node still building kernels) can miss
-    it. What the failed start left (its marked processes) is reaped before the second."""
+    it. What the failed start left (its marked processes) is reaped before the next."""
     import ray
 
-    for attempt in range(1, RAY_START_TRIES + 1):
+    def start() -> Any:
+        with deaf_to_ctrl_c():  # Ray's processes: only the driver's stop ends them
+            return ray.init(address="local", num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
+                            include_dashboard=spec.dashboard, dashboard_host="127.0.0.1",
+                            log_to_driver=False, logging_level=logging.WARNING)
+
+    for _ in range(RAY_START_TRIES - 1):
         try:
-            with deaf_to_ctrl_c():  # Ray's processes: only the driver's stop ends them
-                return ray.init(address="local", num_cpus=spec.num_cpus,
-                                num_gpus=spec.num_gpus, include_dashboard=spec.dashboard,
-                                dashboard_host="127.0.0.1", log_to_driver=False,
-                                logging_level=logging.WARNING)
+            return start()
         except Exception as err:  # Ray raises a bare Exception for this
-            if RAY_START_TIMEOUT_TEXT not in str(err) or attempt == RAY_START_TRIES:
+            if RAY_START_TIMEOUT_TEXT not in str(err):
                 raise
             ray.shutdown()
             left = process.reap_all(process.ray_marker(marker_prefix), exact=True)
             echo(f"Ray did not start ({err}); {len(left)} of its processes stopped, "
                  "starting it again")
-    raise AssertionError("unreachable")
+    return start()
 
 
 @contextlib.contextmanager
