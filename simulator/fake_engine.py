@@ -32,9 +32,11 @@ from simulator.fake_ranks import stamp
 
 _print_lock = threading.Lock()
 # How far the model clock may fall behind before it gives up catching up (a stalled box).
-# Half a second: a busy box's preemptions (tens of ms, a few hundred with two busy loops and
-# Ray's start beside it) are made up by the next steps, so a round's figures stay the model's.
-CATCH_UP_S = 0.5
+# Two seconds: a busy box's preemptions (tens of ms; with two busy loops and Ray's start
+# beside it, stalls of a second) are made up by the next steps, so a round's figures stay the
+# model's. A stall of 0.6 s inside a round took half a second from it with 0.5 s here (-30%);
+# with 2 s it is made up but for what falls after the request's last model step.
+CATCH_UP_S = 2.0
 
 
 def log(message: str, tag: str = "") -> None:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from launchers.sglang import datasets
-from simulator import content, fake_startup, sglang_server
+from simulator import content, fake_engine, fake_startup, sglang_server
 from simulator.fake_engine import Request
 
 PROSE = ("Paris is the capital of France. It is known for the Eiffel Tower and its museums, "
@@ -123,3 +123,18 @@ def test_no_step_times_without_sglangs_switch() -> None:
     server.engine.running = [Request("a", 8, 100)]
     server.engine._cycle()
     assert "step_time_dict" not in server.server_info()["internal_states"][0]
+
+
+def test_the_model_clock_makes_up_a_stall_of_a_busy_box() -> None:
+    """A step that wakes up late (a stalled stand-in on a loaded box) is made up by the steps
+    after it, up to CATCH_UP_S behind; past that the clock restarts (a halted box's time is in)."""
+    engine = sglang_server.FakeServer(args("--fake-time-scale", "1")).engine
+    stalled = time.monotonic() - 1.5  # the previous step was due 1.5 s ago
+    engine.due = stalled
+    began = time.monotonic()
+    engine._sleep(100.0)  # 0.1 s of model time, already overdue: no sleep
+    assert time.monotonic() - began < 0.05 and engine.due == pytest.approx(stalled + 0.1)
+    halted = engine.due = time.monotonic() - fake_engine.CATCH_UP_S - 0.5
+    now = time.monotonic()
+    engine._sleep(10.0)
+    assert engine.due >= now + 0.01 > halted + 0.01  # restarted from now: not made up

@@ -278,8 +278,9 @@ class MultiNodeRunning(Running):
     def stop(self) -> None:
         """Node 0's tree here first (SGLang's followers ignore SIGTERM: they end with rank 0,
         on its ShutdownReq or when their collectives find it gone), then every other node's
-        on its node after a bounded wait for it to end on its own; a node that is gone, or
-        its port or GPUs not back, is noted."""
+        on its node after a bounded wait for it to end on its own; a node that is gone, a
+        server that had to be killed there, or its port or GPUs not back, is noted
+        (nodes-stop.txt)."""
         self._quit.set()
         try:
             self.inner.stop()

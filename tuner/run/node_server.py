@@ -20,7 +20,6 @@ marker (never by name); then its port must be released and its GPUs' memory come
 from __future__ import annotations
 
 import subprocess
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,15 +111,18 @@ class NodeServer:
 
     def stop(self, wait: float) -> list[str]:
         """Node 0 is down: up to ``wait`` s for the server to end on its own, then its tree
-        killed, then the meeting ports let go; returns what did not come back (its port, its
-        GPUs' memory)."""
+        killed, then the meeting ports let go; returns what did not go as it should (a server
+        that had to be killed, its port, its GPUs' memory)."""
         if self.server is None:
             self._release()
             return []
-        with suppress(subprocess.TimeoutExpired):
-            self.server.popen.wait(timeout=max(0.0, wait))
-        report = self.server.stop(grace=KILL_GRACE_S, port_timeout=PORT_RELEASE_S)
         problems = []
+        try:
+            self.server.popen.wait(timeout=max(0.0, wait))
+        except subprocess.TimeoutExpired:
+            problems.append(f"the server did not end within {wait:g} s of node 0's stop: "
+                            "its tree was killed")
+        report = self.server.stop(grace=KILL_GRACE_S, port_timeout=PORT_RELEASE_S)
         if not report.port_free:
             problems.append(f"port {self.server.port} still in use {PORT_RELEASE_S:.0f} s "
                             "after the stop")

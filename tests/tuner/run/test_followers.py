@@ -55,6 +55,7 @@ def test_node_0_stops_first_and_its_follower_ends_with_it_in_seconds(tmp_path: P
     assert placed[1]["port"] not in (None, ctx.port)  # a port of its own "node" (port 0 runs)
     assert nodes.stops == [FOLLOWER_WAIT_S]  # once, after node 0's stop
     assert nodes.servers[1].poll() == 1  # ended on its own (its peer gone), not killed
+    assert not (ctx.trial_dir / "nodes-stop.txt").exists()  # nothing killed, all came back
     assert record.timings["teardown_s"] < 3.0, record.timings
     assert process.port_is_free(placed[1]["port"])
     assert not leftovers(ctx)
@@ -196,6 +197,7 @@ def test_a_follower_that_does_not_end_is_killed_after_the_bounded_wait(tmp_path:
     while "up" not in server.log_text() and time.monotonic() < deadline:
         time.sleep(0.05)
     began = time.monotonic()
-    assert node.stop(wait=0.5) == []
+    assert node.stop(wait=0.5) == [
+        "the server did not end within 0.5 s of node 0's stop: its tree was killed"]
     took = time.monotonic() - began
     assert server.poll() is not None and 0.5 <= took < 0.5 + KILL_GRACE_S + 1.0, took
