@@ -153,27 +153,26 @@ def _half_at_cap(plan: Plan, vc: float, vb: float) -> float:
 @dataclass
 class Member:
     """One configuration of the stage (index 0: the baseline): its launch means so far,
-    launches under way, launches lost to the environment, and a failure of its own;
-    ``fixed``: its launches were made before (it is never launched here)."""
+    launches under way, launches lost to the environment, and a failure of its own."""
 
     label: str
     scores: list[float] = field(default_factory=list)
     pending: int = 0
     lost: int = 0
     failed: bool = False
-    fixed: bool = False
 
 
 def members_of(labels: Sequence[str], assigned: Mapping[str, int],
                outcomes: Mapping[str, tuple[str, float | None, str | None]],
-               environmental: Collection[str], fixed: Sequence[Sequence[float]] = ()
+               environmental: Collection[str], prior: Sequence[Sequence[float]] = ()
                ) -> list[Member]:
     """The members from the launches so far: ``assigned`` trial -> member index;
     ``outcomes`` trial -> (status, score, failure kind) of the launches that reported. A launch
     not ended yet is pending; one that failed for an ``environmental`` kind is lost (and made
-    again); any other failure, or an ok launch without a score, is the member's own."""
-    members = [Member(label, scores=list(fixed[i]) if i < len(fixed) else [],
-                      fixed=i < len(fixed)) for i, label in enumerate(labels)]
+    again); any other failure, or an ok launch without a score, is the member's own.
+    ``prior``: launch means per member known beforehand (made elsewhere), counted first."""
+    members = [Member(label, scores=list(prior[i]) if i < len(prior) else [])
+               for i, label in enumerate(labels)]
     for tid, i in assigned.items():
         status, score, kind = outcomes.get(tid, ("running", None, None))
         if status in ("running", "interrupted"):
@@ -212,10 +211,7 @@ def next_launch(members: Sequence[Member], mode: str, plan: Plan, elapsed_s: flo
              if c.verdict == "open" and members[i + 1].lost <= plan.cap]
     if not open_:
         return None
-    active = [i for i in (0, *open_) if not members[i].fixed]
-    counts = {i: len(members[i].scores) + members[i].pending for i in active}
-    if not counts:
-        return None
+    counts = {i: len(members[i].scores) + members[i].pending for i in (0, *open_)}
     round_index = min(counts.values())
     if round_index >= plan.cap:
         return None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from search_spaces.knobs import SPECULATIVE_KNOBS, Value
+from tuner.record.events import NO_SPECULATIVE
 from tuner.record.experiment import Experiment
 from tuner.record.files import JOURNAL
 from tuner.stats import finite
@@ -31,7 +32,7 @@ def measured_acceptance(folder: Path) -> list[dict[str, Any]]:
         raise ValueError(f"{folder}: not a servetune experiment with results (no {JOURNAL})")
     launches: dict[tuple[Value, ...], list[float]] = defaultdict(list)
     for trial in Experiment.journal(folder).trials.values():
-        if trial.variant:
+        if trial.variant == NO_SPECULATIVE:  # no drafts; the decided shape again counts
             continue
         values = [v for r in trial.rounds if (v := finite(r.get(ACCEPT))) is not None]
         if values:

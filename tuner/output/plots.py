@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from tuner.output.progress import short_name
 from tuner.record.confirm import ConfirmRecord
+from tuner.record.events import NO_SPECULATIVE
 from tuner.record.rows import TRIAL_ID
 from tuner.stats import finite
 
@@ -67,8 +68,8 @@ def objective_by_trial(df: pd.DataFrame, metric: str, path: Path,
     x = {tid: i + 1 for i, tid in enumerate(df[TRIAL_ID])}
     search, confirm = _phase(df, "search"), _phase(df, "confirm")
     variant = confirm["variant"] if "variant" in confirm else pd.Series(dtype=object)
-    reference = confirm[variant.notna()] if len(confirm) else confirm
-    repeats = confirm[variant.isna()] if len(confirm) else confirm
+    reference = confirm[variant == NO_SPECULATIVE] if len(confirm) else confirm
+    repeats = confirm[variant != NO_SPECULATIVE] if len(confirm) else confirm
     groups = [(search[search["status"] == "ok"], OK, "o", "completed"),
               (search[search["status"] == "stopped"], STOPPED, "o", "stopped early"),
               (repeats[repeats["status"] == "ok"], CONFIRM, "s", "confirm launch"),

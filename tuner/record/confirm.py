@@ -96,6 +96,8 @@ class SpeculativeVerdict(Frozen):
     without: float | None = None
     reference_trial: str | None = None
     reference_trials: list[str] = Field(default_factory=list)
+    # the decided settings launched again beside the reference, while its answer was open
+    with_trials: list[str] = Field(default_factory=list)
     config: dict[str, Any] | None = None
 
 

@@ -2,7 +2,8 @@
 (``tuner.run.recorder``) writes it the moment Ray reports it.
 
 - ``start``: a trial launched: its config, launch order, stage, Ray's folder, and the tags of
-  its fit (``phase``: search or confirm; ``variant``: the speculative reference);
+  its fit (``phase``: search or confirm; ``variant``: the speculative reference's launches,
+  ``NO_SPECULATIVE`` without it, ``WITH_SPECULATIVE`` the decided settings again beside them);
 - ``result``: one round's metrics, flat on the line (``ResultEvent.metrics``);
 - ``end``: ``ok`` or ``failed`` with the failure (``launchers.failures.Failure.to_json``).
 
@@ -24,6 +25,8 @@ from tuner.record.files import append_jsonl
 log = logging.getLogger(__name__)
 
 # The keys of a result line that are not metrics.
+NO_SPECULATIVE = "no_speculative"
+WITH_SPECULATIVE = "with_speculative"
 EVENT_KEYS = frozenset({"event", "trial_id", "time", "schema_version"})
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from tuner.decide.decision import Decision
 from tuner.decide.sequential import Member, Plan
 from tuner.output import confirm_text
 from tuner.record.confirm import ConfirmRecord
+from tuner.record.events import NO_SPECULATIVE, WITH_SPECULATIVE
 from tuner.record.experiment import Experiment
 from tuner.record.rows import ResultRow
 from tuner.run.dashboard import reuse_actors
@@ -44,7 +45,7 @@ from tuner.weights import CONFIRM
 RELAUNCHED = ENVIRONMENTAL - {"not_modelled"}
 CONFIRM_DIR = "confirm"  # Ray's own files of the confirm trials (ours stay in DIR/<trial id>)
 REFERENCE_DIR = "reference"
-NO_SPECULATIVE = "no_speculative"  # the journal's variant of the reference launch
+WITH_SPECULATIVE_DIR = "reference-with"
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Batch:
     assigned: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
     stopped: str | None = None  # why a sequential run stopped launching
+    handoff: int | None = None  # the point the rule asked for next, launched by another run
 
 
 def _fit(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float], slots: int,
@@ -78,45 +80,52 @@ def _fit(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float], slo
 def run_sequence(setup: Setup, spec: ExperimentSpec, resources: Mapping[str, float],
                  slots: int, points: Sequence[Mapping[str, Value]], labels: Sequence[str],
                  plan: Plan, *, name: str, tags: Mapping[str, Any],
-                 fixed: Sequence[Sequence[float]] = ()) -> Batch:
+                 prior: Sequence[Sequence[float]] = (),
+                 launched: Collection[int] | None = None) -> Batch:
     """Launch the points by the sequential rule (``sequential.next_launch``: point 0 is the
-    baseline) until every other point is decided, the cap or the time cap. ``fixed``: launch
-    means known beforehand, per point, that count as its launches (none are made for it).
+    baseline) until every other point is decided, the cap or the time cap. ``prior``: launch
+    means known beforehand, per point, that count as its first launches. ``launched``: the
+    points this run launches (default: all); when the rule asks for another, the run ends
+    with that point as its ``handoff`` (another run, of another workload, launches it).
     Launches of these points that an interrupted run already ended (the journal's trials of
     the same phase and variant) count too: a resumed stage goes on, it does not start over."""
     objective = setup.objective
     started = time.monotonic()
     state: dict[str, Any] = {}
+    here = set(range(len(points)) if launched is None else launched)
 
     def members(assigned: Mapping[str, int]) -> list[Member]:
         rows = _rows(setup) if assigned else ()
         outcomes = {r.trial_id: (r.status, finite(r.score), r.failure_kind) for r in rows}
-        return sequential.members_of(labels, assigned, outcomes, RELAUNCHED, fixed)
+        return sequential.members_of(labels, assigned, outcomes, RELAUNCHED, prior)
 
     def choose(assigned: Mapping[str, int]) -> int | None:
         ms, elapsed = members(assigned), time.monotonic() - started
         nxt = sequential.next_launch(ms, objective.mode, plan, elapsed)
         if nxt is None:
             state["stopped"] = sequential.stop_reason(ms, objective.mode, plan, elapsed)
+        elif nxt not in here:
+            state["handoff"] = nxt
+            return None
         return nxt
 
     searcher = AdaptivePoints(points, labels, choose, plan.cap)
-    searcher.assigned.update(_ended_before(setup, points, tags, skip=len(fixed)))
+    searcher.assigned.update(_ended_before(setup, points, tags, never=set(range(len(points))) - here))
     # Every point may lose launches to its environment: room for as many again.
     interrupted = _fit(setup, spec, resources, slots, searcher, 2 * plan.cap * len(points) + 2,
                        name=name, tags=tags)
     done = searcher.finished and not interrupted
-    return Batch(dict(searcher.assigned), not done, state.get("stopped"))
+    return Batch(dict(searcher.assigned), not done, state.get("stopped"), state.get("handoff"))
 
 
 def _ended_before(setup: Setup, points: Sequence[Mapping[str, Value]],
-                  tags: Mapping[str, Any], skip: int = 0) -> dict[str, int]:
-    """Trials an earlier, interrupted run of this stage ended, by the point they ran (matched
-    on the journal's phase, variant and config; the first ``skip`` points are never
-    launched): trial id -> point index."""
+                  tags: Mapping[str, Any], never: Collection[int] = ()) -> dict[str, int]:
+    """Trials an earlier run of this stage ended, by the point they ran (matched on the
+    journal's phase, variant and config; the points in ``never`` are not launched by this
+    run): trial id -> point index."""
     rows, ran = _rows(setup), _settings(setup)
-    wanted = [without_weights(p) for p in points]
-    wanted[:skip] = [{"<never launched>": True}] * skip
+    wanted = [{"<never launched>": True} if i in never else without_weights(p)
+              for i, p in enumerate(points)]
     variant = tags.get("variant")
     found: dict[str, int] = {}
     for row in rows:
@@ -208,7 +217,8 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
                  data: dict[str, Any], decision: Decision, plan: Plan, echo: Print
                  ) -> dict[str, Any] | None:
     """The decided settings launched with speculative decoding off, by the same sequential
-    rule against their confirm launches with it on, and the verdict."""
+    rule against their launches with it on (the confirm stage's, and more while the answer
+    is open), and the verdict."""
     spec, objective = setup.spec, setup.objective
     args = spec.workload.without_speculative()
     if args is None or decision.config is None:
@@ -226,16 +236,18 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
     echo("")
     echo(f"speculative decoding: the {decision.label} settings with it off, launched until "
          f"the difference is decided (at most {ref_plan.cap})")
-    ref_spec = spec.model_copy(update={"workload": args})
     config = decide.without_speculative_knobs(decision.config)
-    points = [dict(decision.config), {**config, **setup.weights.pins(CONFIRM)}]
-    batch = run_sequence(setup, ref_spec, resources, slots, points,
-                         [f"{decision.label} (speculative on)", "no speculative"], ref_plan,
-                         name=REFERENCE_DIR, tags={"phase": "confirm", "variant": NO_SPECULATIVE},
-                         fixed=[with_scores])
-    if batch.interrupted:
+    pins = setup.weights.pins(CONFIRM)
+    points = [{**decision.config, **pins}, {**config, **pins}]
+    labels = [f"{decision.label} (speculative on)", "no speculative"]
+    batches = _alternate(setup, [spec, spec.model_copy(update={"workload": args})], resources,
+                         slots, points, labels, ref_plan, with_scores)
+    if batches.interrupted:
         data["interrupted"] = True
-    rows = [r for r in _rows(setup) if r.trial_id in batch.assigned]
+    rows = [r for r in _rows(setup) if r.trial_id in batches.assigned]
+    again = [r for r in rows if batches.assigned[r.trial_id] == 0]
+    rows = [r for r in rows if batches.assigned[r.trial_id] == 1]
+    with_scores += [r.score for r in again if r.done and r.score is not None]
     ok = [r.score for r in rows if r.done and r.score is not None]
     own = [r for r in rows if r.status == "failed" and r.failure_kind not in RELAUNCHED]
     failed = None if not own else str(own[0].failure_kind or "failed")
@@ -243,10 +255,38 @@ def _speculative(setup: Setup, resources: Mapping[str, float], slots: int,
         failed = "not run"
     verdict = decide.speculative_verdict(with_scores, ok, objective.metric, objective.mode,
                                          ref_plan, failed)
+    verdict["with_trials"] = [r.trial_id for r in again]
     verdict["reference_trials"] = [r.trial_id for r in rows]
     verdict["reference_trial"] = rows[0].trial_id if rows else None
-    verdict["stopped"] = batch.stopped
+    verdict["stopped"] = batches.stopped
     verdict["algorithm"] = spec.workload.speculative_label()
     verdict["config"] = config
     return verdict
 
+
+def _alternate(setup: Setup, specs: Sequence[ExperimentSpec], resources: Mapping[str, float],
+               slots: int, points: Sequence[Mapping[str, Value]], labels: Sequence[str],
+               plan: Plan, prior: Sequence[float]) -> Batch:
+    """The decided settings with speculative decoding on (point 0, ``specs[0]``'s workload;
+    ``prior``: its confirm launches) and off (point 1, ``specs[1]``'s) by the sequential rule,
+    each side's launches a run of its own workload: the reference is launched until the rule
+    asks for the decided settings again (a noisy launch among the few they had), then those,
+    and so on. Returns every launch of both sides (trial -> point)."""
+    tags = [{"phase": "confirm", "variant": WITH_SPECULATIVE},
+            {"phase": "confirm", "variant": NO_SPECULATIVE}]
+    names = [WITH_SPECULATIVE_DIR, REFERENCE_DIR]
+    every = _ended_before(setup, points, tags[0], never={1})  # an interrupted run's, resumed
+    side, runs = 1, 0
+    while True:
+        others = [r.score for r in _rows(setup) if every.get(r.trial_id) == 1 - side
+                  and r.done and r.score is not None]
+        prior_of = [[*prior, *others], []] if side == 1 else [list(prior), others]
+        runs += 1
+        batch = run_sequence(setup, specs[side], resources, slots, points, labels, plan,
+                             name=names[side] if runs <= 2 else f"{names[side]}-{runs}",
+                             tags=tags[side], prior=prior_of, launched={side})
+        every.update(batch.assigned)
+        # each run launches at least once before it hands off: at most 2 x cap runs
+        if batch.interrupted or batch.handoff is None or runs >= 2 * plan.cap + 1:
+            return Batch(every, batch.interrupted, batch.stopped)
+        side = batch.handoff

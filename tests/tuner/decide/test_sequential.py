@@ -125,6 +125,6 @@ def test_the_speculative_reference_stays_open_while_either_answer_is_possible() 
     without = [130.1, 140.2, 113.0]
     one_sided = Plan(cap=5)
     assert compare(without, with_it, "max", one_sided).verdict == "tie"
-    members = [Member("with", scores=with_it, fixed=True), Member("without", scores=without)]
+    members = [Member("with", scores=with_it), Member("without", scores=without)]
     assert next_launch(members, "max", one_sided) is None
     assert next_launch(members, "max", Plan(cap=5, two_sided=True)) == 1

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tuner.decide.sequential import Plan
+from tuner.decide.sequential import Plan, compare
 from tuner.record.rows import ResultRow, rows_of
 from tuner.run import confirm
 from tuner.search.adaptive import AdaptivePoints
@@ -125,7 +125,55 @@ def test_a_resumed_stage_goes_on_from_the_launches_it_had(
         {"e0": 0, "e1": 1}
     assert confirm._ended_before(_setup(tmp_path), POINTS, {"phase": "confirm",
                                                              "variant": "no_speculative"},
-                                 skip=1) == {}
+                                 never={0}) == {}
     assert confirm._ended_before(_setup(tmp_path), [POINTS[1], POINTS[0]],
                                  {"phase": "confirm", "variant": "no_speculative"},
-                                 skip=1) == {"e4": 1}
+                                 never={0}) == {"e4": 1}
+
+
+def test_the_speculative_reference_launches_the_decided_settings_again_while_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One of the decided settings' three confirm launches came out slow (a loaded box): with
+    them fixed at three, no number of reference launches could decide. Their side is launched
+    again, each side by a run of its own workload and variant, until the rule decides; a
+    resumed stage takes both sides' ended launches."""
+    rows: dict[str, dict[str, Any]] = {}
+    ran: dict[str, Mapping[str, Any]] = {}
+    runs: list[tuple[str, str | None]] = []
+    scores = {0: itertools.cycle([242.0, 238.0, 240.0]), 1: itertools.cycle([160.0, 163.0, 158.0])}
+
+    def fit(setup: Any, spec: Any, resources: Any, slots: int, searcher: AdaptivePoints,
+            samples: int, *, name: str, tags: Mapping[str, Any]) -> bool:
+        runs.append((name, tags.get("variant")))
+        while (tid := f"t{len(rows):02d}") and searcher.suggest(tid) is not Searcher_FINISHED:
+            point = searcher.assigned[tid]
+            ran[tid] = POINTS[point]
+            rows[tid] = {"trial_id": tid, "status": "ok", "score": next(scores[point]), **tags}
+        return False
+
+    monkeypatch.setattr(confirm, "_rows", lambda *_, **__: rows_of(pd.DataFrame(
+        list(rows.values()), columns=["trial_id", "status", "score", "phase", "variant"])))
+    monkeypatch.setattr(confirm, "_settings", lambda _: ran)
+    monkeypatch.setattr(confirm, "_fit", fit)
+    plan = Plan(cap=6, two_sided=True)
+    batch = confirm._alternate(_setup(tmp_path), ["with", "without"], {}, 1, POINTS, LABELS,
+                               plan, [240.0, 236.0, 150.0])
+    sides = [batch.assigned[t] for t in sorted(batch.assigned)]
+    assert sides.count(0) >= 1 and sides.count(1) >= 3, sides
+    assert [v for _, v in runs][:2] == ["no_speculative", "with_speculative"], runs
+    assert all(rows[t]["variant"] == ("with_speculative" if p == 0 else "no_speculative")
+               for t, p in batch.assigned.items())
+    with_it = [240.0, 236.0, 150.0] + [rows[t]["score"] for t, p in batch.assigned.items()
+                                       if p == 0]
+    without = [rows[t]["score"] for t, p in batch.assigned.items() if p == 1]
+    assert compare(without, with_it, "max", plan).verdict == "worse", (with_it, without)
+    assert batch.stopped == "every candidate decided" and not batch.interrupted
+    # Fixed at the three launches it had, the same reference stays open at the cap.
+    assert compare([160.0, 163.0, 158.0] * 2, [240.0, 236.0, 150.0], "max", plan
+                   ).verdict == "open"
+
+    # Resumed: both sides' ended launches count, nothing is launched again.
+    runs.clear()
+    again = confirm._alternate(_setup(tmp_path), ["with", "without"], {}, 1, POINTS, LABELS,
+                               plan, [240.0, 236.0, 150.0])
+    assert again.assigned == batch.assigned and len(runs) == 1
