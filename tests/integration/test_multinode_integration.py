@@ -35,8 +35,8 @@ import pytest
 from launchers.multinode import MEETING_PORTS
 from launchers.ports import PortLease, ephemeral_range, meeting_range
 from launchers.process import MARKER_ENV, ServerProcess, marked_processes
-from search_spaces.space import load_preset
-from simulator.runs import FAST, ROOT, Experiment, env_for, stand_in
+from simulator.runs import FAST, ROOT, Experiment, env_for
+from tests.integration.multinode_runs import find_victim, nodes_of, overlapping, run_args
 from tests.integration.sim_cluster import SimCluster, left_on, sim_cluster
 from tuner.run.multinode import NODE_ENV
 
@@ -77,56 +77,6 @@ def test_the_end_of_run_sweep_reaps_each_nodes_leftovers(cluster: SimCluster,
     assert not survivors
 
 
-def _args(exp: Experiment, cluster: SimCluster, server: str | None = None, samples: int = 5,
-          rounds: int = 4, stop_grace: float = 1) -> list[str]:
-    return ["run", "--address", cluster.address, "--nodes-per-trial", "2",
-            "--model", str(exp.model), "--server-cmd", server or stand_in(), "--port", "0",
-            "--space", "nccl-multinode", "--samples", str(samples), "--rounds", str(rounds),
-            "--scheduler", "fifo", "--confirm", "0", "--input-len", "16", "--output-len", "96",
-            "--requests-per-round", "3", "--stop-grace", f"{stop_grace:g}", "--ready-timeout", "60",
-            "--no-preflight", "--out", str(exp.out)]
-
-
-def _nodes(exp: Experiment, trial: str) -> list[dict[str, Any]] | None:
-    path = exp.out / trial / "nodes.json"
-    try:
-        data: list[dict[str, Any]] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
-BASELINE = load_preset("nccl-multinode").baseline()
-
-
-def _victim(exp: Experiment, rank: int, spared: set[str]
-            ) -> tuple[str, dict[str, Any]] | None:
-    """A trial other than the baseline (a lost node there is no verdict on the environment,
-    but no baseline to compare with either) and ``spared``, in the middle of its rounds, and
-    its node ``rank``."""
-    journal = exp.journal()
-    ended = {e["trial_id"] for e in journal if e.get("event") == "end"}
-    rounds = exp.rounds_reported()
-    for event in journal:
-        trial = event.get("trial_id")
-        if event.get("event") != "start" or trial in ended | spared or rounds.get(trial, 0) < 1:
-            continue
-        if all(event["config"].get(k) == v for k, v in BASELINE.items()):
-            continue
-        nodes = _nodes(exp, trial)
-        if nodes:
-            return trial, nodes[rank]
-    return None
-
-
-def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Both ran at once (a trial that died with its node 0 never wrote its end)."""
-    ta, tb = a["timings"], b["timings"]
-    if "wall_end" not in ta or "wall_end" not in tb:
-        return False
-    return ta["wall_start"] < tb["wall_end"] and tb["wall_start"] < ta["wall_end"]
-
-
 def test_a_node_with_another_sglang_stops_the_run_in_one_line_before_anything_starts(
         cluster: SimCluster, tmp_path: Path) -> None:
     """A fifth node whose Python finds another SGLang distribution first (its PYTHONPATH: a
@@ -144,7 +94,7 @@ def test_a_node_with_another_sglang_stops_the_run_in_one_line_before_anything_st
     try:
         cluster.cluster.wait_for_nodes()
         exp = Experiment.create(tmp_path, cluster.ray_tmp)
-        result = exp.run(_args(exp, cluster), timeout=180)
+        result = exp.run(run_args(exp, cluster), timeout=180)
     finally:
         cluster.cluster.remove_node(odd)
     errors = [line for line in result.stderr.splitlines() if line.startswith("servetune: ")]
@@ -198,7 +148,7 @@ def test_a_follower_only_nccl_error_rules_nothing_out_and_the_run_goes_on(
     code = FOLLOWER_FAULT.format(knob=FAULTY[0], value=FAULTY[1], log=str(log))
     server = shlex.join([sys.executable, "-c", code, *FAST])
     exp = Experiment.create(tmp_path, cluster.ray_tmp)
-    args = [*_args(exp, cluster, server=server, samples=3, rounds=1), "--search", "grid"]
+    args = [*run_args(exp, cluster, server=server, samples=3, rounds=1), "--search", "grid"]
     try:
         result = exp.run(args, timeout=300)
         every_node = cluster.node_ids()
@@ -217,7 +167,7 @@ def test_a_follower_only_nccl_error_rules_nothing_out_and_the_run_goes_on(
     assert ends[faulty]["status"] == "failed" and failure["kind"] == "nccl_error", failure
     assert failure["details"]["node_rank"] == 1 and failure["message"].startswith(
         "node 1 (Ray node "), failure
-    placed = _nodes(exp, faulty) or []
+    placed = nodes_of(exp, faulty) or []
     assert [n["rank"] for n in placed] == [0, 1], placed
     assert failure["details"]["placement"] == [n["node_id"] for n in placed], failure
     assert "ncclSystemError" in (exp.out / faulty / "node1" / "server.log").read_text()
@@ -299,7 +249,7 @@ def test_a_busy_follower_port_fails_the_trial_as_port_busy_before_anything_start
     code = PORT_GATE.format(gate=str(gate), marker=MARKER_ENV)
     server = shlex.join([sys.executable, "-c", code, *FAST])
     exp = Experiment.create(tmp_path, cluster.ray_tmp)
-    args = [*_args(exp, cluster, server=server, samples=3, rounds=1), "--search", "grid",
+    args = [*run_args(exp, cluster, server=server, samples=3, rounds=1), "--search", "grid",
             "--ready-timeout", "180"]
     blocked = _followers_blocked(cluster)
     held: Reservations | None = None
@@ -344,7 +294,7 @@ def test_a_busy_follower_port_fails_the_trial_as_port_busy_before_anything_start
     assert len(launched) == 4 and not [m for m in launched if late in m], launched
     assert not (exp.out / late / "node1" / "server.log").exists()
     assert not (exp.out / late / "server.log").exists()
-    assert _nodes(exp, late) is None
+    assert nodes_of(exp, late) is None
     assert {ends[t]["status"] for t in order[:2]} == {"ok"}, ends
     assert not (exp.out / "ruled_out.json").exists(), (exp.out / "ruled_out.json").read_text()
     assert not (exp.out / "suspects.json").exists(), (exp.out / "suspects.json").read_text()
@@ -354,7 +304,7 @@ def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_
         cluster: SimCluster, tmp_path: Path) -> None:
     """Run after the sweep test: it needs all four nodes, and kills two."""
     exp = Experiment.create(tmp_path, cluster.ray_tmp)
-    run = exp.start(_args(exp, cluster, stop_grace=10))  # a drain never cut short
+    run = exp.start(run_args(exp, cluster, stop_grace=10))  # a drain never cut short
     try:
         seen: dict[int, tuple[str, dict[str, Any]]] = {}
         killed_at: dict[int, float] = {}
@@ -362,7 +312,7 @@ def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_
         for rank in (1, 0):  # a follower's node, then another trial's node 0
 
             def measuring(rank: int = rank) -> bool:
-                found = _victim(exp, rank, {t for t, _ in seen.values()})
+                found = find_victim(exp, rank, {t for t, _ in seen.values()})
                 if found is not None:
                     seen[rank] = found
                 return found is not None
@@ -402,11 +352,11 @@ def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_
 
     # Two trials at once, each on two nodes of its own.
     pairs = [(a, b) for a in records for b in records if a < b
-             and _overlap(records[a], records[b])]
+             and overlapping(records[a], records[b])]
     assert pairs, "no two trials ran at once"
     a, b = pairs[0]
-    nodes_a = {n["node_id"] for n in _nodes(exp, a) or []}
-    nodes_b = {n["node_id"] for n in _nodes(exp, b) or []}
+    nodes_a = {n["node_id"] for n in nodes_of(exp, a) or []}
+    nodes_b = {n["node_id"] for n in nodes_of(exp, b) or []}
     assert len(nodes_a) == len(nodes_b) == 2 and not nodes_a & nodes_b
 
     # Every node's command: in each trial's plan, and in best/launch.sh.
@@ -426,7 +376,7 @@ def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_
     # Node 1 served SGLang's dummy health server on a port of its own (the run's --port 0).
     node1_log = (exp.out / b / "node1" / "server.log").read_text()
     assert node1_log.count("joined at") == 1
-    ports = [n["port"] for n in _nodes(exp, b) or []]
+    ports = [n["port"] for n in nodes_of(exp, b) or []]
     assert len(set(ports)) == 2 and f"health check server started in background thread at " \
         f"127.0.0.1:{ports[1]}" in node1_log, (ports, node1_log[-2000:])
     assert exp.server_gpus(b) == ["0", "1", "2", "3", "4", "5", "6", "7"]
