@@ -56,7 +56,9 @@ def test_node_0_stops_first_and_its_follower_ends_with_it_in_seconds(tmp_path: P
     assert nodes.stops == [FOLLOWER_WAIT_S]  # once, after node 0's stop
     assert nodes.servers[1].poll() == 1  # ended on its own (its peer gone), not killed
     assert not (ctx.trial_dir / "nodes-stop.txt").exists()  # nothing killed, all came back
-    assert record.timings["teardown_s"] < 3.0, record.timings
+    # no wait waited out (a killed follower would take FOLLOWER_WAIT_S + KILL_GRACE_S); the
+    # record above says so without the clock, this bound only under a loaded box's delays
+    assert record.timings["teardown_s"] < FOLLOWER_WAIT_S, record.timings
     assert process.port_is_free(placed[1]["port"])
     assert not leftovers(ctx)
 
