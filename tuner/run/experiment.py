@@ -11,6 +11,7 @@ from tuner.output import broken
 from tuner.output.results import write_table
 from tuner.record.files import INPUTS_JSON, RUN_JSON
 from tuner.record.info import InputsRecord, RunInfo, write_record
+from tuner.record.rows import TRIAL_ID
 from tuner.record.spec_file import save_spec
 from tuner.run import confirm, finish
 from tuner.run.cluster import gpus_per_trial as node_gpus_per_trial
@@ -40,7 +41,7 @@ def run(spec: ExperimentSpec, *, resume: bool = False, echo: Print = stdout_prin
 
     def save() -> dict[str, str]:
         table = write_table(out_dir, setup.objective, setup.space.baseline())
-        return {} if table.empty else dict(zip(table["trial_id"], table["status"], strict=True))
+        return {} if table.empty else dict(zip(table[TRIAL_ID], table["status"], strict=True))
 
     with stop_on_signals(setup.marker_prefix, out_dir, save, echo) as arm:
         return _run(setup, spec, out_dir, resume=resume, echo=echo, arm=arm)
