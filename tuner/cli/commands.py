@@ -33,7 +33,7 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
     from tuner.cli import traffic
     from tuner.run.cluster import check_address, check_joining, local_gpu_count
 
-    # The cluster's address first: a socket, not SGLang's import (~8 s of CPU, asked below)
+    # The cluster's address first: a socket, not SGLang's import (~8 s of CPU, asked last)
     check_joining(spec)
     if spec.address is not None and not planning:
         check_address(spec.address)
@@ -42,9 +42,6 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
     problems = setup.space.validate(base)
     if problems:
         raise CliError(f"the baseline is invalid: {problems[0]}")
-    problems = spec.workload.checks(setup.space, spec.marker_id)
-    if problems:
-        raise CliError(problems[0])
     try:
         setup.workload.inputs(spec.seed)
     except ValueError as err:
@@ -66,6 +63,11 @@ def check_before_launch(spec: ExperimentSpec, *, planning: bool = False,
         if not screenable(spec.workload):
             raise CliError("--screen proxy screens for a server workload: give --model")
         screen_shape(spec)
+    # The workload's own checks last: SGLang's parser costs ~8 s of CPU, every check above a
+    # fraction of a second, so a mistyped flag is answered at once
+    problems = spec.workload.checks(setup.space, spec.marker_id)
+    if problems:
+        raise CliError(problems[0])
     return notes
 
 
