@@ -36,6 +36,7 @@ from launchers.multinode import MEETING_PORTS
 from launchers.ports import PortLease, ephemeral_range, meeting_range
 from launchers.process import MARKER_ENV, ServerProcess, marked_processes
 from simulator.runs import FAST, ROOT, Experiment, env_for
+from tests.integration.gates import PAIR_WAIT_S, paired_server
 from tests.integration.multinode_runs import find_victim, nodes_of, overlapping, run_args
 from tests.integration.sim_cluster import SimCluster, left_on, sim_cluster
 from tuner.run.multinode import NODE_ENV
@@ -304,7 +305,11 @@ def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_
         cluster: SimCluster, tmp_path: Path) -> None:
     """Run after the sweep test: it needs all four nodes, and kills two."""
     exp = Experiment.create(tmp_path, cluster.ray_tmp)
-    run = exp.start(run_args(exp, cluster, stop_grace=10))  # a drain never cut short
+    # The first trial's node 0 starts once the second's has (tests/integration/gates.py); a
+    # drain is never cut short (stop_grace)
+    server = paired_server(tmp_path / "gate", "--fake-rendezvous-s", str(PAIR_WAIT_S + 60))
+    run = exp.start([*run_args(exp, cluster, server=server, stop_grace=10),
+                     "--ready-timeout", str(PAIR_WAIT_S + 60)])
     try:
         seen: dict[int, tuple[str, dict[str, Any]]] = {}
         killed_at: dict[int, float] = {}

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.runs import FAST, ROOT, Experiment, Result, ray_tmpdir, stand_in
+from simulator.runs import ROOT, Experiment, Result, ray_tmpdir, stand_in
+from tests.integration.gates import PAIR_WAIT_S, paired_server
 
 pytestmark = pytest.mark.integration
 
@@ -231,23 +232,6 @@ def test_hostile_values_stay_inert(spine: Spine, tmp_path: Path) -> None:
 # ---------------------------------------------------------------- two nodes
 
 TWO_NODE_TRIALS = 6
-# Each server of the two-node run waits, before it starts, until two servers have started
-# (or PAIR_WAIT_S has passed): the first trial cannot be ready, let alone end, before a second
-# trial's server is up. Overlap then shows that servetune runs two at once, whatever the
-# machine's load; the trials' own length used to carry it (8 s to ready, so that the second
-# node's fresh Ray worker started in time), and a loaded box broke it.
-PAIR_GATE = """\
-import os, sys, time
-from pathlib import Path
-from simulator import sglang_server
-gate = Path({gate!r})
-(gate / str(os.getpid())).touch()
-deadline = time.monotonic() + {wait!r}
-while len(list(gate.iterdir())) < 2 and time.monotonic() < deadline:
-    time.sleep(0.05)
-sys.exit(sglang_server.main(sys.argv[1:]))
-"""
-PAIR_WAIT_S = 150.0
 
 
 @pytest.mark.timeout(900)  # a safety net: ~3 min beside two busy loops alone
@@ -270,17 +254,11 @@ def test_two_nodes_run_two_trials_at_once(tmp_path: Path, monkeypatch: pytest.Mo
             ray.init(address=cluster.address)
             node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
             ray.shutdown()
-            # The second node's trial actor needs a fresh Ray worker there, and Ray Tune hands
-            # the first node's actor to the next trial whenever that one ends first (beside
-            # two busy loops four ~5 s trials all ran on the first node): PAIR_GATE holds the
-            # first server until the second has started.
-            gate = tmp_path / "gate"
-            gate.mkdir()
-            code = PAIR_GATE.format(gate=str(gate), wait=PAIR_WAIT_S)
-            server = shlex.join([sys.executable, "-c", code, *FAST])
+            # The first trial's server starts once the second's has (tests/integration/gates.py)
             argv = exp.args("--space", "nccl-pcie", "--search", "grid", "--samples",
                             str(TWO_NODE_TRIALS), "--rounds", "2", "--scheduler", "fifo",
-                            "--address", cluster.address, server=server,
+                            "--address", cluster.address,
+                            server=paired_server(tmp_path / "gate"),
                             ready_timeout=PAIR_WAIT_S + 60)
             argv.remove("--num-gpus")
             argv.remove("8")
