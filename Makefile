@@ -34,15 +34,16 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Two workers: the files that share one session's runs on one, given out first; every other
-# file to whichever worker is free, in tier order (tests/conftest.py, SHARED_GROUP). Four
-# workers took the idle 2-core box from 21.4 to 15.9 min, but beside two busy loops 6 of the
-# run-driven tests failed (decisions and start-up races under six CPU hogs): not yet.
+# Four workers on the 2-core box: the integration runs spend much of their time waiting (Ray's
+# start, the stand-in's modelled time, a hung server's timeout), which two workers left idle
+# (tests 21 min idle with two, 13.3 min with four). The files that share one session's runs on
+# one worker, given out first; every other file to whichever worker is free, in tier order
+# (tests/conftest.py, SHARED_GROUP).
 # The suite starts ~1000 Python processes (drivers, Ray workers, stand-ins) that import the same
 # project modules: they share compiled bytecode even where the environment says not to write it
 # (PYTHONDONTWRITEBYTECODE=1 on CI's machine made each one compile ~170 modules anew).
 test: setup sglang-parser lint
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 4
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
