@@ -35,10 +35,11 @@ lint: setup
 	$(BIN)/mypy
 
 # Four workers on the 2-core box: the integration runs spend much of their time waiting (Ray's
-# start, the stand-in's modelled time, a hung server's timeout), which two workers left idle
-# (tests 21 min idle with two, 13.3 min with four). The files that share one session's runs on
-# one worker, given out first; every other file to whichever worker is free, in tier order
-# (tests/conftest.py, SHARED_GROUP).
+# start, the stand-in's modelled time, a hung server's timeout), which two workers left idle.
+# Idle, tests took 21.4 min with two and 16.0 min with four (a clean clone's `bash .ci/run`);
+# beside two busy loops 33-37 min with two, 26 min with four. At four the box is CPU-bound.
+# The files that share one session's runs go to one worker, first; every other file to
+# whichever worker is free, in tier order (tests/conftest.py, SHARED_GROUP).
 # The suite starts ~1000 Python processes (drivers, Ray workers, stand-ins) that import the same
 # project modules: they share compiled bytecode even where the environment says not to write it
 # (PYTHONDONTWRITEBYTECODE=1 on CI's machine made each one compile ~170 modules anew).
