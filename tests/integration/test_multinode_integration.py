@@ -322,7 +322,10 @@ def test_two_node_trials_two_at_once_survive_a_follower_and_a_node_0_killed_mid_
                     seen[rank] = found
                 return found is not None
 
-            run.wait_for(measuring, timeout=150, what=f"a trial measuring (node {rank} to kill)")
+            # a safety net past the gate: beside two busy loops at -n 4 the driver took 148 s
+            # to its first server
+            run.wait_for(measuring, timeout=PAIR_WAIT_S + 210,
+                         what=f"a trial measuring (node {rank} to kill)")
             killed_at[rank] = time.time()
             cluster.kill_node(seen[rank][1]["node_id"])
         result = run.finish(timeout=240)
