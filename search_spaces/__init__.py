@@ -1,9 +1,5 @@
-"""What to try: the knob catalogue, search spaces and shipped presets."""
+"""What to try: the knob catalogue (knobs), search spaces and shipped presets (space).
 
-from search_spaces.knobs import CATALOGUE, Knob, KnobKind, Value, check_config, expand_config
-from search_spaces.space import SearchSpace, SpaceError, Stage, load, load_preset, preset_names
-
-__all__ = [
-    "CATALOGUE", "Knob", "KnobKind", "SearchSpace", "SpaceError", "Stage", "Value",
-    "check_config", "expand_config", "load", "load_preset", "preset_names",
-]
+Nothing is imported here: a process that needs only the catalogue (the stand-in server and
+its rank processes, started hundreds of times in a campaign) does not pay for pydantic and
+YAML through the space module."""
