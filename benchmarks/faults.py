@@ -58,7 +58,10 @@ TRIAL_FAULTS: dict[int, tuple[str, str, str]] = {
     131072: ("ASHA stop mid-trial", "slow", "stopped"),
 }
 GOOD = 262144
-STOP_GRACE = 1.0
+# The run's grace between SIGTERM and SIGKILL: a server that ignores SIGTERM must cost none
+# of it. 10 s (SGLang's stand-in runs elsewhere use 1 s): a stop that kills at once took
+# 1.07 s beside two busy loops, so 1 s could not tell it from a grace waited out.
+STOP_GRACE = 10.0
 # The hung server's wait, which every good server must beat: 5 s was too short on a loaded
 # 2-core box (CI's baseline stand-in missed it twice and the run stopped as a broken
 # environment); with two busy loops beside the suite a stand-in took 14 s to its first line.
@@ -74,7 +77,7 @@ def trial_faults(root: Path, ray_tmp: Path) -> list[Outcome]:
              for a in ("--fake-fault-if", f"{fault}:NCCL_BUFFSIZE={value}")]
     exp = Experiment.create(root, ray_tmp, name="trials")
     argv = exp.args("--space", str(space), "--search", "grid", "--samples", str(len(values) + 1),
-                    "--rounds", "2", "--no-dashboard",
+                    "--rounds", "2", "--no-dashboard", "--stop-grace", str(STOP_GRACE),
                     server=stand_in(*rules, "--fake-die-after", "3"),
                     ready_timeout=READY_TIMEOUT)
     try:
