@@ -8,21 +8,32 @@ ARGS   ?=
 
 .PHONY: setup run test lint sglang-parser clean
 
+# pip compiles what it installs on one core; compileall afterwards does it on every core and
+# skips what is already compiled. A fresh venv with SGLang's parser (`make sglang-parser`, warm
+# pip cache, 2-core box): 125 s with pip's compile, 86 s this way. Like pip, it leaves a file
+# this Python cannot compile to the interpreter (torch ships Python-3.12-only test helpers),
+# so its verdict is not the setup's.
+PIP_QUIET    := -q --no-compile
+COMPILE_SITE = $(BIN)/python -m compileall -q -j 0 \
+	"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null || true
+
 $(VENV)/.setup-done: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	@# A machine without an NVIDIA driver gets the CPU build of torch, not GBs of CUDA wheels.
-	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q torch; \
-	else $(BIN)/pip install -q torch==2.13.0; fi
-	$(BIN)/pip install -q -e '.[dev]'
+	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install $(PIP_QUIET) torch; \
+	else $(BIN)/pip install $(PIP_QUIET) torch==2.13.0; fi
+	$(BIN)/pip install $(PIP_QUIET) -e '.[dev]'
+	$(COMPILE_SITE)
 	touch $@
 
 setup: $(VENV)/.setup-done
 
 # SGLang's own argument parser, for the contract tests (no GPU stack: --no-deps).
 $(VENV)/.sglang-parser-done: $(VENV)/.setup-done requirements/sglang-parser.txt
-	$(BIN)/pip install -q -r requirements/sglang-parser.txt
-	$(BIN)/pip install -q --no-deps sglang==0.5.23
+	$(BIN)/pip install $(PIP_QUIET) -r requirements/sglang-parser.txt
+	$(BIN)/pip install $(PIP_QUIET) --no-deps sglang==0.5.23
+	$(COMPILE_SITE)
 	touch $@
 
 sglang-parser: $(VENV)/.sglang-parser-done
