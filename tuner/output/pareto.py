@@ -128,9 +128,9 @@ def pareto(df: pd.DataFrame, objective: Objective, path: Path,
         if objective.limits else ""
     fig.suptitle(f"trade-off: {objective.metric} against {latency} (search trials{within})",
                  fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout()  # fits the panels and the title: no cropping pass (plots._save)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
+    fig.savefig(path, dpi=DPI, facecolor="white")
     return True
 
 

@@ -32,12 +32,15 @@ SPLITS = (
 )
 
 
-def _save(fig: Figure, path: Path) -> None:
+def _save(fig: Figure, path: Path, crop: bool = True) -> None:
     """Written whole, then renamed: a ``report`` during a run and the run's own end may
-    render the same plot at once, and each reads back a complete file."""
+    render the same plot at once, and each reads back a complete file. ``crop`` trims the
+    image to what was drawn (legends outside the axes); a figure that tight_layout already
+    fitted skips it, since cropping draws the whole figure once more."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fig.savefig(tmp, dpi=DPI, bbox_inches="tight", facecolor="white", format="png")
+    fig.savefig(tmp, dpi=DPI, bbox_inches="tight" if crop else None, facecolor="white",
+                format="png")
     tmp.replace(path)
 
 
@@ -182,7 +185,7 @@ def knob_effects(df: pd.DataFrame, metric: str, knobs: Sequence[str], path: Path
     fig.suptitle(f"{metric} by value of each knob (bar: mean; dashed: baseline; "
                  f"grey: stopped early)", fontsize=10)
     fig.tight_layout()
-    _save(fig, path)
+    _save(fig, path, crop=False)
     return True
 
 
