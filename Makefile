@@ -41,9 +41,12 @@ sglang-parser: $(VENV)/.sglang-parser-done
 run: setup
 	$(BIN)/servetune run $(ARGS)
 
+LINT  = $(BIN)/ruff check .
+TYPES = $(BIN)/mypy
+
 lint: setup
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+	$(LINT)
+	$(TYPES)
 
 # Four workers on the 2-core box: the integration runs spend much of their time waiting (Ray's
 # start, the stand-in's modelled time, a hung server's timeout), which two workers left idle.
@@ -59,10 +62,11 @@ lint: setup
 # mypy (~50 s of one core on a clean clone) checks beside the tests instead of before them:
 # ruff's verdict comes first, mypy's is printed after the tests', and either fails the target.
 test: setup sglang-parser
-	$(BIN)/ruff check .
-	@types_out=$$(mktemp); $(BIN)/mypy > $$types_out 2>&1 & types=$$!; \
+	$(LINT)
+	@types_out=$$(mktemp); trap 'rm -f "$$types_out"' EXIT; trap 'exit 130' INT TERM; \
+	$(TYPES) > "$$types_out" 2>&1 & types=$$!; \
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 4; tests_rc=$$?; \
-	wait $$types; types_rc=$$?; echo "mypy:"; cat $$types_out; rm -f $$types_out; \
+	wait $$types; types_rc=$$?; echo "mypy:"; cat "$$types_out"; \
 	[ $$tests_rc -eq 0 ] && [ $$types_rc -eq 0 ]
 
 clean:
