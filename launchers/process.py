@@ -379,6 +379,11 @@ class ServerProcess:
         signalled = kill_processes([self.pid, *marked], grace)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=5)
+        for _ in range(3):  # a child forked as the TERM came was in no list: its marker tells
+            late = [m.pid for m in marked_processes(self.marker, exact=True)]
+            if not late:
+                break
+            signalled += kill_processes(late, grace)
         port_free = True
         if self.port is not None:
             port_free = wait_port_free(self.port, port_timeout, self.host)

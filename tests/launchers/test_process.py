@@ -43,6 +43,23 @@ def test_children_and_setsid_grandchildren_carry_the_marker_and_all_die(tmp_path
     assert process.marked_processes(marker, exact=True) == []
 
 
+def test_a_child_forked_as_the_stop_came_is_stopped_too(tmp_path: Path) -> None:
+    """A server whose SIGTERM arrives while it starts a rank (the proxy's spawner, seen under
+    load: the rank was forked after the tree was listed and outlived the stop)."""
+    marker = _marker()
+    code = ("import signal,subprocess,sys,time\n"
+            "def late(*_):\n"
+            "    subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'])\n"
+            "    sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, late)\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    server = _spawn(tmp_path, code, marker)
+    server.wait_ready(lambda: "ready" in server.log_text(), timeout=10)
+    report = server.stop(grace=10)  # the server exits as soon as its child is started
+    assert process.marked_processes(marker, exact=True) == []
+    assert len(report.signalled) == 2
+
+
 def test_sigterm_ignored_means_kill_after_grace(tmp_path: Path) -> None:
     marker = _marker()
     code = ("import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
