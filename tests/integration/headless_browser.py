@@ -29,6 +29,10 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-crash-reporter", "--disable-breakpad", "--remote-debugging-pipe")
 
 
+# How long a fresh browser may take to answer its first command.
+START_TIMEOUT = 20.0
+
+
 def chromium_binary() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         found = shutil.which(name)
@@ -121,9 +125,9 @@ def load_page(path: Path, width: int = 1280, timeout: float = 20.0,
     Chromium 156 on a loaded box sometimes never commits a navigation: every one of its
     processes asleep, the last event ``Page.frameStartedLoading`` (stop 28's CI; here, with
     three CPU hogs on the 2 cores, 10 of 60 loads of a one-line page). A load takes 1-3 s
-    when it works, so a browser silent for ``timeout`` s is replaced by a fresh one,
-    ``attempts`` browsers in all. A page that hangs Chromium hangs each of them, and the
-    failure then carries what each one saw and logged."""
+    when it works, so a browser silent for ``timeout`` s (``START_TIMEOUT`` for its first
+    answer) is replaced by a fresh one, ``attempts`` browsers in all. A page that hangs
+    Chromium hangs each of them, and the failure then carries what each one saw and logged."""
     binary = chromium_binary()
     if binary is None:
         raise FileNotFoundError("chromium")
@@ -187,7 +191,10 @@ def _load_once(binary: str, path: Path, width: int, timeout: float) -> PageRepor
 
 
 def _drive(pipe: _Pipe, path: Path, width: int, timeout: float, report: PageReport) -> None:
-    target = pipe.send("Target.createTarget", {"url": "about:blank"}, timeout=timeout)
+    # The first answer waits for the browser's own start too (over 6 s once beside the
+    # suite's other workers on the 2-core box): a page's ``timeout`` starts after it.
+    target = pipe.send("Target.createTarget", {"url": "about:blank"},
+                       timeout=max(timeout, START_TIMEOUT))
     session = pipe.send("Target.attachToTarget",
                         {"targetId": target["targetId"], "flatten": True})["sessionId"]
     for domain in ("Runtime", "Log", "Page"):
