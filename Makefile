@@ -53,13 +53,15 @@ lint: setup
 # Idle, tests took 21.4 min with two and 16.0 min with four (a clean clone's `bash .ci/run`);
 # beside two busy loops 33-37 min with two, 26 min with four. At four the box is CPU-bound.
 # With the stand-in's lighter imports and mypy beside the tests (304443a): idle 13.8 min of
-# tests, 15.6 min in all.
+# tests, 15.6 min in all. On 3027e94, idle: 13.4 min of tests, 14.9 min in all at one hour,
+# 16.2 and 18.1 min an hour before it (224a3a3 in the same hour: 13.1, 14.6): the host's
+# speed moves by a third (one single-core loop: 2.2-3.9 s), and the suite is CPU-bound.
 # The files that share one session's runs go to one worker, first; every other file to
 # whichever worker is free, in tier order (tests/conftest.py, SHARED_GROUP).
 # The suite starts ~1000 Python processes (drivers, Ray workers, stand-ins) that import the same
 # project modules: they share compiled bytecode even where the environment says not to write it
 # (PYTHONDONTWRITEBYTECODE=1 on CI's machine made each one compile ~170 modules anew).
-# mypy (~50 s of one core on a clean clone) checks beside the tests instead of before them:
+# mypy (~40 s of one core on a clean clone) checks beside the tests instead of before them:
 # ruff's verdict comes first, mypy's is printed after the tests', and either fails the target.
 test: setup sglang-parser
 	$(LINT)
