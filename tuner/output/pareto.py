@@ -14,12 +14,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from tuner.limits import Limit, level_column
+from tuner.output.plots import save_png
 from tuner.output.results import feasible, search_rows
 from tuner.record.confirm import ConfirmRecord
 from tuner.record.rows import TRIAL_ID
 from tuner.spec import Objective
 
-DPI = 110
 WITHIN, OUTSIDE, FRONT, BEST = "#1f77b4", "#d62728", "#2ca02c", "#2ca02c"
 # The latency a trade-off is drawn against when no limit names one: bench_serving's, the
 # proxy's verify pass.
@@ -128,9 +128,8 @@ def pareto(df: pd.DataFrame, objective: Objective, path: Path,
         if objective.limits else ""
     fig.suptitle(f"trade-off: {objective.metric} against {latency} (search trials{within})",
                  fontsize=10)
-    fig.tight_layout()  # fits the panels and the title: no cropping pass (plots._save)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, facecolor="white")
+    fig.tight_layout()  # fits the panels and the title: no cropping pass
+    save_png(fig, path, crop=False)
     return True
 
 

@@ -32,7 +32,7 @@ SPLITS = (
 )
 
 
-def _save(fig: Figure, path: Path, crop: bool = True) -> None:
+def save_png(fig: Figure, path: Path, crop: bool = True) -> None:
     """Written whole, then renamed: a ``report`` during a run and the run's own end may
     render the same plot at once, and each reads back a complete file. ``crop`` trims the
     image to what was drawn (legends outside the axes); a figure that tight_layout already
@@ -118,7 +118,7 @@ def objective_by_trial(df: pd.DataFrame, metric: str, path: Path,
         span = max(lows) - min(lows) or abs(max(lows)) * 0.1 or 1.0
         ax.set_ylim(min(lows) - 0.25 * span, max(lows) + 0.15 * span)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-    _save(fig, path)
+    save_png(fig, path)
     return True
 
 
@@ -185,7 +185,7 @@ def knob_effects(df: pd.DataFrame, metric: str, knobs: Sequence[str], path: Path
     fig.suptitle(f"{metric} by value of each knob (bar: mean; dashed: baseline; "
                  f"grey: stopped early)", fontsize=10)
     fig.tight_layout()
-    _save(fig, path, crop=False)
+    save_png(fig, path, crop=False)
     return True
 
 
@@ -250,7 +250,7 @@ def parallel_coordinates(df: pd.DataFrame, metric: str, mode: str, knobs: Sequen
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric, pad=0.01)
     if shown["baseline"].any():
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
-    _save(fig, path)
+    save_png(fig, path)
     return True
 
 
@@ -291,7 +291,7 @@ def time_split(df: pd.DataFrame, metric: str, mode: str, path: Path, top: int = 
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(parts), fontsize=8,
               frameon=False)
     ax.grid(alpha=0.3, axis="x")
-    _save(fig, path)
+    save_png(fig, path)
     return True
 
 
@@ -336,5 +336,5 @@ def confirm_intervals(data: ConfirmRecord | Mapping[str, Any] | None, path: Path
     ax.grid(alpha=0.3, axis="x")
     if any(e.label == "baseline" and e.objective.low is not None for e in entries):
         ax.legend(loc="lower right", fontsize=8)
-    _save(fig, path)
+    save_png(fig, path)
     return True

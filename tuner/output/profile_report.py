@@ -59,6 +59,8 @@ def plot(doc: ProfileRecord, path: Path) -> bool:
     """Stacked bars of the verify step, one per profiled configuration (matplotlib, Agg)."""
     from matplotlib.figure import Figure
 
+    from tuner.output.plots import save_png
+
     ok = [e.verify for e in doc.entries if e.status == "ok" and e.verify is not None]
     names = [e.name for e in doc.entries if e.status == "ok" and e.verify is not None]
     if not ok:
@@ -83,8 +85,7 @@ def plot(doc: ProfileRecord, path: Path) -> bool:
     ax.set_ylim(0, max(bottom) * 1.25 or 1.0)
     ax.set_title(f"where the verify time goes ({doc.workload})", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight", facecolor="white")
+    save_png(fig, path)
     return True
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from search_spaces.knobs import DUMMY, WEIGHTS
-from tuner.output.plots import DPI
+from tuner.output.plots import save_png
 from tuner.record.experiment import Folder, loaded
 
 READY = "ready_s"  # servetune's own: launch until the server answers its readiness probe
@@ -148,8 +148,7 @@ def plot(df: pd.DataFrame, path: Path) -> bool:
     ax.set_title("time to ready per trial")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
+    save_png(fig, path)
     return True
 
 
