@@ -15,12 +15,12 @@ import itertools
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks._common import ROOT, machine, median, spread, with_root_on_path
+from simulator.runs import owned_tuner
 
 
 def gaps(journal: Path) -> dict[str, list[float]]:
@@ -38,7 +38,7 @@ def gaps(journal: Path) -> dict[str, list[float]]:
 
 def run_once(work: Path, extra: list[str]) -> tuple[dict[str, list[float]], float, str]:
     out = work / "exp"
-    cmd = [sys.executable, "-m", "tuner", "run", "--out", str(out), *extra]
+    cmd = owned_tuner(["run", "--out", str(out), *extra])
     began = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
                           stdin=subprocess.DEVNULL)

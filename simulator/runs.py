@@ -42,6 +42,13 @@ def stand_in(*switches: str) -> str:
     return shlex.join([*STAND_IN, *FAST, *switches])
 
 
+def owned_tuner(argv: Sequence[str]) -> list[str]:
+    """``python -m tuner ARGV``, stopped (SIGTERM) if this process dies first
+    (simulator/owned.py): a killed test worker or benchmark leaves no driver running. To be
+    started from the caller's main thread (the tie is to the thread that starts it)."""
+    return [sys.executable, "-m", "simulator.owned", str(os.getpid()), "tuner", *argv]
+
+
 def env_for(ray_tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     parts = [str(ROOT), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
@@ -113,9 +120,7 @@ class Experiment:
                 *extra, "--out", str(self.out)]
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        """``python -m tuner ARGV``, stopped (SIGTERM) if this process dies first
-        (simulator/owned.py): a killed test worker or benchmark leaves no driver running."""
-        return [sys.executable, "-m", "simulator.owned", str(os.getpid()), "tuner", *argv]
+        return owned_tuner(argv)
 
     def run(self, argv: Sequence[str], timeout: float = 240.0) -> Result:
         """``python -m tuner ARGV`` to its end. If the caller stops waiting (the timeout, a

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from launchers.process import kill_processes, marked_processes
-from simulator.runs import FAST, ROOT, env_for, ray_tmpdir
+from simulator.runs import FAST, ROOT, env_for, owned_tuner, ray_tmpdir
 from tuner.record.spec_file import load_spec
 
 pytestmark = pytest.mark.integration
@@ -46,11 +46,11 @@ def user_folder(root: Path) -> Path:
 
 
 def servetune_in(home: Path, ray_tmp: Path, server_cmd: str, out: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tuner", "run", "--model", "model", "--server-cmd", server_cmd,
+    argv = owned_tuner(["run", "--model", "model", "--server-cmd", server_cmd,
             "--space", "space.yaml", "--search", "grid", "--samples", "2", "--rounds", "1",
             "--confirm", "0", "--num-gpus", "8", "--no-dashboard", "--no-preflight",
             "--input-len", "16", "--output-len", "16", "--requests-per-round", "2",
-            "--stop-grace", "1", "--ready-timeout", "90", "--out", out]
+            "--stop-grace", "1", "--ready-timeout", "90", "--out", out])
     env = env_for(ray_tmp)
     assert str(home) not in env["PYTHONPATH"].split(os.pathsep)  # pkg: only from the folder
     return subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=200,

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from launchers.process import marked_processes, reap_all
+from simulator.runs import owned_tuner
 from tuner.output.profile_report import profile_summary
 
 pytestmark = pytest.mark.integration
@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_run_profile(tmp_path: Path) -> None:
     name = f"profrun-{os.getpid()}"
     out = tmp_path / name
-    argv = [sys.executable, "-m", "tuner", "run", "--samples", "2", "--rounds", "1",
+    argv = owned_tuner(["run", "--samples", "2", "--rounds", "1",
             "--confirm", "0", "--scheduler", "fifo", "--profile", "--out", str(out),
-            "--model-config", "tiny", "--kv-len", "64", "--num-cpus", "2", "--no-dashboard"]
+            "--model-config", "tiny", "--kv-len", "64", "--num-cpus", "2", "--no-dashboard"])
     try:
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     finally:

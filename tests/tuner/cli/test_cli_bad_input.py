@@ -19,7 +19,7 @@ import pytest
 
 from launchers import gpu
 from launchers.process import free_port
-from simulator.runs import ROOT, STAND_IN, env_for
+from simulator.runs import ROOT, STAND_IN, env_for, owned_tuner
 
 SERVER = " ".join(STAND_IN)
 
@@ -43,7 +43,7 @@ def servetune(tmp_path: Path, *args: str) -> Done:
     ray_dir.mkdir(exist_ok=True)
     out = tmp_path / "out"
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "tuner", *args], cwd=ROOT, env=env_for(ray_dir),
+    done = subprocess.run(owned_tuner(args), cwd=ROOT, env=env_for(ray_dir),
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     return Done(done.returncode, done.stdout, done.stderr, time.monotonic() - began, ray_dir, out)
 
