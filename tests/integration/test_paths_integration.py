@@ -46,11 +46,11 @@ def user_folder(root: Path) -> Path:
 
 
 def servetune_in(home: Path, ray_tmp: Path, server_cmd: str, out: str) -> subprocess.CompletedProcess[str]:
-    argv = owned_tuner(["run", "--model", "model", "--server-cmd", server_cmd,
-            "--space", "space.yaml", "--search", "grid", "--samples", "2", "--rounds", "1",
-            "--confirm", "0", "--num-gpus", "8", "--no-dashboard", "--no-preflight",
-            "--input-len", "16", "--output-len", "16", "--requests-per-round", "2",
-            "--stop-grace", "1", "--ready-timeout", "90", "--out", out])
+    argv = owned_tuner([
+        "run", "--model", "model", "--server-cmd", server_cmd, "--space", "space.yaml",
+        "--search", "grid", "--samples", "2", "--rounds", "1", "--confirm", "0", "--num-gpus",
+        "8", "--no-dashboard", "--no-preflight", "--input-len", "16", "--output-len", "16",
+        "--requests-per-round", "2", "--stop-grace", "1", "--ready-timeout", "90", "--out", out])
     env = env_for(ray_tmp)
     assert str(home) not in env["PYTHONPATH"].split(os.pathsep)  # pkg: only from the folder
     return subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=200,

@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 
 from launchers.process import marked_processes, reap_all
-from simulator.runs import owned_tuner
+from simulator.runs import ROOT, owned_tuner
 from tuner.output.profile_report import profile_summary
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_profile(tmp_path: Path) -> None:
     name = f"profrun-{os.getpid()}"
     out = tmp_path / name
-    argv = owned_tuner(["run", "--samples", "2", "--rounds", "1",
-            "--confirm", "0", "--scheduler", "fifo", "--profile", "--out", str(out),
-            "--model-config", "tiny", "--kv-len", "64", "--num-cpus", "2", "--no-dashboard"])
+    argv = owned_tuner([
+        "run", "--samples", "2", "--rounds", "1", "--confirm", "0", "--scheduler", "fifo",
+        "--profile", "--out", str(out), "--model-config", "tiny", "--kv-len", "64",
+        "--num-cpus", "2", "--no-dashboard"])
     try:
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     finally:
